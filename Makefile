@@ -1,0 +1,58 @@
+# Two entry points for a fresh Debian machine, run as root:
+#   make test   set everything up (apt packages, .venv, local Slurm cluster) and run the whole suite
+#   make demo   set everything up, start a hanging job, run `slurmdiag attach` on it
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-server iproute2 procps
+CLUSTER := deploy/local-cluster/cluster
+NODES ?= 4
+
+.PHONY: setup apt venv cluster test unit demo bench lint clean
+
+setup: apt venv
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	# torch pinned: this CPU build is available offline; an unpinned torch pulls a CUDA build.
+	$(VENV)/bin/pip install -q 'torch==2.13.0'
+	$(VENV)/bin/pip install -q -e '.[test,ssh,torch]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+cluster: setup
+	$(CLUSTER) up --nodes $(NODES)
+
+test: setup cluster
+	$(VENV)/bin/python -m pytest -q
+
+unit: venv
+	$(VENV)/bin/python -m pytest -q -m "not cluster and not browser and not ssh"
+
+demo: setup cluster
+	$(VENV)/bin/python deploy/demo.py
+
+bench: setup
+	$(CLUSTER) up --nodes 32
+	$(VENV)/bin/python bench/bench_attach.py
+	$(VENV)/bin/python bench/bench_analysis.py
+	$(VENV)/bin/python bench/bench_report.py
+
+lint: venv
+	$(VENV)/bin/ruff check slurmdiag tests bench
+	$(VENV)/bin/mypy slurmdiag
+
+clean:
+	$(CLUSTER) down || true
+	rm -rf $(VENV) build *.egg-info artifacts

@@ -1,0 +1,196 @@
+"""Python API: ``slurmdiag.attach(job_id)`` for notebooks, submitit users and the watchdog."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmdiag._version import __version__
+from slurmdiag.assemble import node_from_outcome
+from slurmdiag.errors import SlurmdiagError, UsageError
+from slurmdiag.logs import findings_from_job_logs
+from slurmdiag.slurm.discover import discover_job, job_ref_from_user, to_job
+from slurmdiag.snapshot import Snapshot
+from slurmdiag.transport.collect import CollectOptions, FanoutResult, fan_out_srun
+from slurmdiag.transport.run import run_command
+
+TRANSPORTS = ("srun", "ssh")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttachResult:
+    """A snapshot plus what attach wrote and what it had to say on the way."""
+
+    snapshot: Snapshot
+    out_dir: Path | None
+    warnings: tuple[str, ...] = ()
+
+
+def _fan_out(
+    job_id: str,
+    nodes: tuple[str, ...],
+    options: CollectOptions,
+    transport: str,
+    ssh_options: dict | None,
+    progress: Callable[[int, int], None] | None,
+) -> FanoutResult:
+    if transport == "srun":
+        return fan_out_srun(job_id, nodes, options, progress=progress)
+    if transport == "ssh":
+        from slurmdiag.transport.ssh import fan_out_ssh
+
+        return fan_out_ssh(job_id, nodes, options, progress=progress, **(ssh_options or {}))
+    raise UsageError(f"unknown transport {transport!r}", hint=f"use one of: {', '.join(TRANSPORTS)}")
+
+
+def collect_snapshot(
+    job_id: str,
+    *,
+    samples: int = 3,
+    interval: float = 1.0,
+    strace_s: float = 2.0,
+    timeout_s: float = 30.0,
+    native: bool = False,
+    transport: str = "srun",
+    node_python: str = "python3",
+    pyspy_path: str | None = None,
+    nvidia_smi_path: str | None = None,
+    ssh_options: dict | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Snapshot, list[str]]:
+    """Discover the job, fan the collector out, and assemble the snapshot (no analysis yet)."""
+    if samples < 1:
+        raise UsageError("--samples must be at least 1")
+    if interval < 0 or strace_s < 0 or timeout_s <= 0:
+        raise UsageError("--interval and --strace must be >= 0 and --timeout > 0")
+    started = _dt.datetime.now(_dt.timezone.utc)
+    ref = job_ref_from_user(str(job_id))
+    slurm_job = discover_job(ref, run_command)
+    options = CollectOptions(
+        samples=samples,
+        interval_s=interval,
+        strace_s=strace_s,
+        native=native,
+        timeout_s=timeout_s,
+        node_python=node_python,
+        pyspy_paths=(pyspy_path,) if pyspy_path else (),
+        nvidia_smi_paths=(nvidia_smi_path,) if nvidia_smi_path else (),
+    )
+    fanout = _fan_out(slurm_job.job_id, slurm_job.nodes, options, transport, ssh_options, progress)
+    nodes = tuple(node_from_outcome(fanout.nodes[name]) for name in slurm_job.nodes)
+    job = to_job(slurm_job)
+    snapshot = Snapshot(
+        job=job,
+        nodes=nodes,
+        slurmdiag_version=__version__,
+        created=started.isoformat(timespec="seconds"),
+        duration_s=round((_dt.datetime.now(_dt.timezone.utc) - started).total_seconds(), 3),
+        transport=fanout.transport,
+        options={
+            "samples": samples,
+            "interval_s": interval,
+            "strace_s": strace_s,
+            "timeout_s": timeout_s,
+            "native": native,
+        },
+        log_findings=findings_from_job_logs(job),
+    )
+    return snapshot, list(fanout.warnings)
+
+
+def analyze_snapshot(snapshot: Snapshot) -> Snapshot:
+    """Fill ``verdicts`` from the stacks (pure)."""
+    from slurmdiag.analysis import analyze
+
+    return dataclasses.replace(snapshot, verdicts=tuple(analyze(snapshot).verdicts))
+
+
+def read_source_lines(sites: list[str], max_files: int = 64) -> dict[str, str]:
+    """Source text of ``file:line`` sites this user can read (shown in the report's banner)."""
+    lines: dict[str, str] = {}
+    cache: dict[str, list[str] | None] = {}
+    for site in sites:
+        path, _, line_text = site.rpartition(":")
+        if not path or not line_text.isdigit():
+            continue
+        if path not in cache:
+            if len(cache) >= max_files:
+                continue
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    cache[path] = fh.read(4 * 1024 * 1024).splitlines()
+            except OSError:
+                cache[path] = None
+        content = cache[path]
+        number = int(line_text)
+        if content is not None and 0 < number <= len(content):
+            lines[site] = content[number - 1].strip()
+    return lines
+
+
+def write_report_file(snapshot: Snapshot, path: Path, mode: int = 0o640) -> Path:
+    """Analyse, render and atomically write the HTML report of ``snapshot``."""
+    from slurmdiag.analysis import analyze
+    from slurmdiag.report.render import render_html, write_report
+
+    analysis = analyze(snapshot)
+    sites = [site for verdict in analysis.verdicts for site in verdict.sites]
+    html = render_html(snapshot, analysis, source_lines=read_source_lines(sites))
+    return write_report(html, path, mode=mode)
+
+
+def default_out_dir(job_id: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path.cwd() / f"slurmdiag-{job_id}-{stamp}"
+
+
+def write_outputs(snapshot: Snapshot, out_dir: Path, *, report: bool = True) -> Snapshot:
+    """Write snapshot.json (and report.html) into out_dir; returns the snapshot with its report."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SlurmdiagError(
+            f"cannot create output directory {out_dir}: {exc.strerror}",
+            hint="choose another place with --out DIR",
+        ) from None
+    if report:
+        report_path = out_dir / "report.html"
+        snapshot = dataclasses.replace(snapshot, report=str(report_path))
+        write_report_file(snapshot, report_path)
+    tmp = out_dir / ".snapshot.json.tmp"
+    tmp.write_text(snapshot.to_json(indent=1))
+    os.replace(tmp, out_dir / "snapshot.json")
+    return snapshot
+
+
+def attach_job(
+    job_id: str,
+    *,
+    out_dir: str | Path | None = None,
+    write: bool = True,
+    report: bool = True,
+    **options,
+) -> AttachResult:
+    """The whole attach: collect, analyse, write; used by the CLI and the watchdog."""
+    snapshot, warnings = collect_snapshot(str(job_id), **options)
+    snapshot = analyze_snapshot(snapshot)
+    target: Path | None = None
+    if write:
+        target = Path(out_dir) if out_dir is not None else default_out_dir(snapshot.job.id)
+        snapshot = write_outputs(snapshot, target, report=report)
+    return AttachResult(snapshot=snapshot, out_dir=target, warnings=tuple(warnings))
+
+
+def attach(job_id: str | int, *, out_dir: str | Path | None = None, write: bool = False, **options) -> Snapshot:
+    """Attach to a running job and return its analysed Snapshot.
+
+    Options: samples=3, interval=1.0, strace_s=2.0, timeout_s=30.0, native=False,
+    transport="srun"|"ssh", node_python="python3", pyspy_path, nvidia_smi_path, ssh_options.
+    With ``write=True`` (or an ``out_dir``) snapshot.json and report.html are written too.
+    """
+    return attach_job(
+        str(job_id), out_dir=out_dir, write=write or out_dir is not None, **options
+    ).snapshot

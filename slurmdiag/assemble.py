@@ -1,0 +1,235 @@
+"""Turn the collectors' raw node documents into the snapshot's Nodes (pure).
+
+The collector stays small and dumb (it runs on every node, stdlib only): it ships tool outputs
+raw. Parsing happens here, with the tested ``parse_*`` functions, so that a new output format is
+fixed in one place on the controller, not on thousands of nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from slurmdiag.errors import ParseError
+from slurmdiag.parsers.nvidia_smi import (
+    parse_nvidia_smi_apps_csv,
+    parse_nvidia_smi_query_csv,
+    parse_nvidia_smi_xml,
+    parse_xid_lines,
+)
+from slurmdiag.parsers.pyspy import parse_pyspy_json
+from slurmdiag.parsers.strace import parse_strace_summary
+from slurmdiag.snapshot import (
+    Connection,
+    GpuState,
+    IbPort,
+    Interface,
+    NicState,
+    Node,
+    Rank,
+    Sample,
+    StraceSummary,
+    WorkerProcess,
+)
+from slurmdiag.transport.collect import NodeOutcome
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _samples(raw: Any) -> tuple[Sample, ...]:
+    samples = []
+    for item in raw or ():
+        error = item.get("error")
+        threads: tuple = ()
+        if item.get("threads") is not None:
+            try:
+                threads = parse_pyspy_json(item["threads"])
+            except ParseError as exc:
+                error = f"unreadable py-spy output: {exc.message}"
+        samples.append(Sample(t=float(item.get("t") or 0.0), threads=threads, error=error))
+    return tuple(samples)
+
+
+def _strace(raw: Mapping[str, Any] | None) -> StraceSummary | None:
+    if not raw:
+        return None
+    status = raw.get("status") or "error"
+    window = float(raw.get("window_s") or 0.0)
+    if status != "ok":
+        return StraceSummary(status=status, message=raw.get("message"), window_s=window)
+    parsed = parse_strace_summary(raw.get("text") or "")
+    return StraceSummary(
+        status=parsed.status,
+        message=parsed.message or raw.get("message"),
+        window_s=window,
+        syscalls=parsed.syscalls,
+        total_seconds=parsed.total_seconds,
+    )
+
+
+def _connections(raw: Any) -> tuple[Connection, ...]:
+    return tuple(
+        Connection(
+            local=str(c.get("local")),
+            remote=str(c.get("remote")),
+            state=str(c.get("state")),
+            interface=c.get("interface"),
+        )
+        for c in raw or ()
+    )
+
+
+def _rank(proc: Mapping[str, Any], workers: list[WorkerProcess]) -> Rank:
+    return Rank(
+        rank=_int(proc.get("rank")),
+        pid=int(proc["pid"]),
+        local_rank=_int(proc.get("local_rank")),
+        world_size=_int(proc.get("world_size")),
+        launcher=proc.get("launcher") or "unknown",
+        step_id=proc.get("step_id"),
+        cmdline=tuple(proc.get("cmdline") or ()),
+        state=proc.get("state"),
+        cpu_percent=_float(proc.get("cpu_percent")),
+        wchan=proc.get("wchan"),
+        num_threads=_int(proc.get("num_threads")),
+        rss_kb=_int(proc.get("rss_kb")),
+        env={str(k): str(v) for k, v in (proc.get("env") or {}).items()},
+        samples=_samples(proc.get("samples")),
+        strace=_strace(proc.get("strace")),
+        connections=_connections(proc.get("connections")),
+        workers=tuple(workers),
+        errors=tuple(proc.get("errors") or ()),
+    )
+
+
+def _other(proc: Mapping[str, Any]) -> WorkerProcess:
+    return WorkerProcess(
+        pid=int(proc["pid"]),
+        role=proc.get("role") or "other",
+        state=proc.get("state"),
+        cpu_percent=_float(proc.get("cpu_percent")),
+        cmdline=tuple(proc.get("cmdline") or ()),
+        samples=_samples(proc.get("samples")),
+    )
+
+
+def _gpus(raw: Mapping[str, Any] | None) -> GpuState:
+    if not raw:
+        return GpuState(status="absent", message="the collector reported nothing about GPUs")
+    status = raw.get("status") or "error"
+    xids = parse_xid_lines("\n".join(raw.get("xid_lines") or ()))
+    if status != "ok":
+        return GpuState(status=status, message=raw.get("message"), xid_events=xids)
+    query = raw.get("query_gpu") or {}
+    qx = raw.get("qx") or {}
+    gpus: tuple = ()
+    message = raw.get("message")
+    if query.get("returncode") == 0 and query.get("text"):
+        gpus = parse_nvidia_smi_query_csv(query["text"])
+    elif qx.get("returncode") == 0 and qx.get("text"):
+        gpus = parse_nvidia_smi_xml(qx["text"])
+    else:
+        status = "error"
+        message = message or "nvidia-smi gave no readable GPU list"
+    apps_raw = raw.get("compute_apps") or {}
+    apps = (
+        parse_nvidia_smi_apps_csv(apps_raw["text"])
+        if apps_raw.get("returncode") == 0 and apps_raw.get("text")
+        else ()
+    )
+    return GpuState(status=status, message=message, gpus=gpus, apps=apps, xid_events=xids)
+
+
+def _nics(raw: Mapping[str, Any] | None) -> NicState:
+    if not raw:
+        return NicState(message="the collector reported nothing about network interfaces")
+    interfaces = tuple(
+        Interface(
+            name=str(i.get("name")),
+            state=i.get("state"),
+            mtu=_int(i.get("mtu")),
+            speed_mbps=_int(i.get("speed_mbps")),
+            addresses=tuple(i.get("addresses") or ()),
+            kind=i.get("kind"),
+        )
+        for i in raw.get("interfaces") or ()
+    )
+    ports = tuple(
+        IbPort(
+            device=str(p.get("device")),
+            port=_int(p.get("port")) or 0,
+            state=p.get("state"),
+            phys_state=p.get("phys_state"),
+            rate=p.get("rate"),
+            link_layer=p.get("link_layer"),
+        )
+        for p in raw.get("ib_ports") or ()
+    )
+    return NicState(interfaces=interfaces, ib_ports=ports, message=raw.get("message"))
+
+
+def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
+    """One collector document → one snapshot Node; workers hang under their rank."""
+    processes = list(doc.get("processes") or ())
+    workers_by_rank_pid: dict[int, list[WorkerProcess]] = {}
+    others: list[WorkerProcess] = []
+    for proc in processes:
+        if proc.get("role") == "rank":
+            continue
+        worker = _other(proc)
+        rank_pid = _int(proc.get("rank_pid"))
+        if rank_pid is not None:
+            workers_by_rank_pid.setdefault(rank_pid, []).append(worker)
+        else:
+            others.append(worker)
+    ranks = [
+        _rank(proc, workers_by_rank_pid.get(int(proc["pid"]), []))
+        for proc in processes
+        if proc.get("role") == "rank"
+    ]
+    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
+    errors = tuple(str(e) for e in doc.get("errors") or ())
+    message = None
+    if not ranks:
+        message = "no rank processes of the job found on this node"
+    return Node(
+        name=name,
+        status="ok",
+        message=message,
+        hostname=doc.get("hostname"),
+        duration_s=_float(doc.get("duration_s")),
+        collector_version=str(doc.get("collector_version") or ""),
+        python=doc.get("python"),
+        tools={str(k): v for k, v in (doc.get("tools") or {}).items()},
+        ranks=tuple(ranks),
+        other_processes=tuple(others),
+        gpus=_gpus(doc.get("gpu")),
+        nics=_nics(doc.get("nics")),
+        errors=errors,
+    )
+
+
+def node_from_outcome(outcome: NodeOutcome) -> Node:
+    """A node that answered becomes a full Node; one that did not keeps its status and reason."""
+    if outcome.status == "ok" and outcome.document is not None:
+        try:
+            return node_from_document(outcome.name, outcome.document)
+        except (KeyError, TypeError, ValueError, ParseError) as exc:
+            return Node(
+                name=outcome.name,
+                status="error",
+                message=f"the collector's document could not be read: {exc}",
+            )
+    return Node(name=outcome.name, status=outcome.status, message=outcome.message)

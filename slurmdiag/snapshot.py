@@ -1,0 +1,367 @@
+"""The snapshot: the one data contract between collection, analysis and presentation.
+
+Everything after the fan-out is a pure function of a Snapshot. It is saved as JSON
+(`snapshot.json`, `attach --json`) with a versioned ``schema`` key, and loaded back with
+``Snapshot.from_json``; unknown keys are ignored so that newer snapshots still load.
+The schema is documented in docs/snapshot.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from slurmdiag.errors import ParseError
+
+SCHEMA_VERSION = 1
+
+NODE_STATUSES = ("ok", "timeout", "error", "unreachable")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One Python (or native) frame; stacks list frames innermost first."""
+
+    function: str
+    file: str
+    line: int | None = None
+    module: str | None = None
+    native: bool = False
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    name: str | None
+    thread_id: int
+    os_thread_id: int | None = None
+    active: bool = False
+    owns_gil: bool = False
+    frames: tuple[Frame, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One py-spy dump of one process; ``t`` is seconds since the node's collection start."""
+
+    t: float
+    threads: tuple[ThreadStack, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SyscallCount:
+    syscall: str
+    calls: int
+    errors: int = 0
+    seconds: float = 0.0
+    percent: float = 0.0
+
+
+@dataclass(frozen=True)
+class StraceSummary:
+    status: str  # ok | error | skipped
+    message: str | None = None
+    window_s: float = 0.0
+    syscalls: tuple[SyscallCount, ...] = ()
+    total_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Connection:
+    """An open TCP connection of a rank and the interface it actually goes through."""
+
+    local: str
+    remote: str
+    state: str
+    interface: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerProcess:
+    """A child of a rank that is not a rank itself (data-loader worker, compile worker)."""
+
+    pid: int
+    role: str
+    state: str | None = None
+    cpu_percent: float | None = None
+    cmdline: tuple[str, ...] = ()
+    samples: tuple[Sample, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rank:
+    rank: int | None
+    pid: int
+    local_rank: int | None = None
+    world_size: int | None = None
+    launcher: str = "unknown"  # srun | torchrun | submitit | mpirun | deepspeed | accelerate | unknown
+    step_id: str | None = None
+    cmdline: tuple[str, ...] = ()
+    state: str | None = None  # R S D Z T ...
+    cpu_percent: float | None = None
+    wchan: str | None = None
+    num_threads: int | None = None
+    rss_kb: int | None = None
+    env: dict[str, str] = field(default_factory=dict)  # allowlisted only
+    samples: tuple[Sample, ...] = ()
+    strace: StraceSummary | None = None
+    connections: tuple[Connection, ...] = ()
+    workers: tuple[WorkerProcess, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as nvidia-smi reports it; numbers are None where nvidia-smi gave a bracketed value.
+
+    ``raw`` keeps every queried field verbatim, so ``[N/A]`` or ``[Unknown Error]`` stay visible.
+    """
+
+    index: int | None
+    uuid: str | None = None
+    name: str | None = None
+    utilization_gpu: float | None = None
+    utilization_memory: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    clocks_event_reasons: str | None = None
+    ecc_uncorrected_volatile: float | None = None
+    pcie_gen: float | None = None
+    pcie_width: float | None = None
+    retired_pending: str | None = None
+    remapped_pending: str | None = None
+    raw: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuApp:
+    gpu_uuid: str | None
+    pid: int | None
+    process_name: str | None = None
+    used_memory_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuState:
+    status: str  # ok | absent | error
+    message: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+    apps: tuple[GpuApp, ...] = ()
+    xid_events: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Interface:
+    name: str
+    state: str | None = None
+    mtu: int | None = None
+    speed_mbps: int | None = None
+    addresses: tuple[str, ...] = ()
+    kind: str | None = None  # loopback | ether | infiniband | bridge | ...
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str
+    port: int
+    state: str | None = None
+    phys_state: str | None = None
+    rate: str | None = None
+    link_layer: str | None = None
+
+
+@dataclass(frozen=True)
+class NicState:
+    interfaces: tuple[Interface, ...] = ()
+    ib_ports: tuple[IbPort, ...] = ()
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    status: str  # one of NODE_STATUSES
+    message: str | None = None
+    hostname: str | None = None
+    duration_s: float | None = None
+    collector_version: str | None = None
+    python: str | None = None
+    tools: dict[str, str | None] = field(default_factory=dict)
+    ranks: tuple[Rank, ...] = ()
+    other_processes: tuple[WorkerProcess, ...] = ()  # launcher agents, shells: seen, not ranks
+    gpus: GpuState | None = None
+    nics: NicState | None = None
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    state: str
+    user: str | None = None
+    name: str | None = None
+    nodes: tuple[str, ...] = ()
+    ntasks: int | None = None
+    partition: str | None = None
+    submit_time: str | None = None
+    start_time: str | None = None
+    run_time: str | None = None
+    time_limit: str | None = None
+    work_dir: str | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+    het_job_id: str | None = None
+    het_job_offset: str | None = None
+
+
+@dataclass(frozen=True)
+class LogFinding:
+    """A line of interest in the job's own logs (NCCL network choice, watchdog timeouts, Xid)."""
+
+    source: str
+    line_no: int
+    kind: str  # nccl_net | nccl_bootstrap | nccl_warn | watchdog_timeout | xid
+    text: str
+    rank: int | None = None
+    host: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    severity: str  # critical | warning | info
+    summary: str
+    culprit_ranks: tuple[int, ...] = ()
+    sites: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    next_step: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    job: Job
+    nodes: tuple[Node, ...] = ()
+    schema: int = SCHEMA_VERSION
+    slurmdiag_version: str = ""
+    created: str = ""  # ISO 8601, UTC
+    duration_s: float | None = None
+    transport: str = "srun"
+    options: dict[str, Any] = field(default_factory=dict)
+    log_findings: tuple[LogFinding, ...] = ()
+    flight_recorder: dict[str, Any] | None = None
+    verdicts: tuple[Verdict, ...] = ()
+    report: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
+        if not isinstance(data, dict) or "job" not in data:
+            raise ParseError("not a slurmdiag snapshot (no 'job' key)")
+        schema = data.get("schema")
+        if not isinstance(schema, int) or schema > SCHEMA_VERSION:
+            raise ParseError(
+                f"snapshot schema {schema!r} is not supported (this slurmdiag reads {SCHEMA_VERSION})",
+                hint="upgrade slurmdiag to read snapshots written by a newer version",
+            )
+        return from_jsonable(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Snapshot:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ParseError(f"snapshot is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def all_ranks(self) -> list[tuple[Node, Rank]]:
+        return [(node, rank) for node in self.nodes for rank in node.ranks]
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn dataclasses, tuples and dicts into plain JSON values, field order kept."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    return value
+
+
+_HINTS_CACHE: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS_CACHE.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls)
+        _HINTS_CACHE[cls] = hints
+    return hints
+
+
+def from_jsonable(tp: Any, value: Any) -> Any:
+    """Build an instance of type ``tp`` from plain JSON values (the inverse of to_jsonable)."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        for option in options:
+            if dataclasses.is_dataclass(option) and isinstance(value, dict):
+                return from_jsonable(option, value)
+        for option in options:
+            if _matches(option, value):
+                return from_jsonable(option, value)
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, dict):
+            raise ParseError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+        hints = _hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                kwargs[f.name] = from_jsonable(hints[f.name], value[f.name])
+        try:
+            return tp(**kwargs)
+        except TypeError as exc:
+            raise ParseError(f"snapshot field missing in {tp.__name__}: {exc}") from None
+    if origin is tuple:
+        args = typing.get_args(tp)
+        item_type = args[0] if args else Any
+        return tuple(from_jsonable(item_type, v) for v in value)
+    if origin is dict:
+        args = typing.get_args(tp)
+        item_type = args[1] if len(args) == 2 else Any
+        return {k: from_jsonable(item_type, v) for k, v in value.items()}
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def _matches(tp: Any, value: Any) -> bool:
+    origin = typing.get_origin(tp) or tp
+    if origin is Any:
+        return True
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is tuple:
+        return isinstance(value, list)
+    if isinstance(origin, type):
+        return isinstance(value, origin)
+    return False

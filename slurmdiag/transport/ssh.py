@@ -1,0 +1,201 @@
+"""The ssh fallback transport: the same collector over a paramiko exec channel, nodes in parallel.
+
+Used when Slurm will not add a step to the job (old Slurm without --overlap, a site policy, a
+step stuck behind "Requested nodes are busy"). Host keys are checked against known_hosts; an
+unknown host is refused unless the user asked to accept new keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from slurmdiag.errors import MissingExtra
+from slurmdiag.slurm.parse import parse_scontrol_node_addrs
+from slurmdiag.transport.collect import (
+    CollectOptions,
+    FanoutResult,
+    NodeOutcome,
+    collector_args,
+    collector_source,
+)
+from slurmdiag.transport.framing import decode_frames
+from slurmdiag.transport.run import CommandResult, run_command
+
+MAX_PARALLEL = 64
+
+
+def _paramiko() -> Any:
+    try:
+        import paramiko
+    except ImportError:
+        raise MissingExtra("ssh", "paramiko") from None
+    return paramiko
+
+
+def node_addresses(
+    nodes: Sequence[str], runner: Callable[..., CommandResult] = run_command
+) -> dict[str, str]:
+    """NodeAddr of each node as Slurm knows it (falls back to the node name)."""
+    result = runner(["scontrol", "show", "node", "-o", ",".join(nodes)], 20.0)
+    addrs = parse_scontrol_node_addrs(result.stdout) if result.ok else {}
+    return {name: addrs.get(name) or name for name in nodes}
+
+
+def ssh_command(options: CollectOptions, job_id: str, node: str) -> str:
+    """The remote command: python reads the collector from stdin (no size limit, no temp file)."""
+    args = json.dumps(collector_args(job_id, options, node=node))
+    return " ".join(shlex.quote(a) for a in (options.node_python, "-I", "-S", "-", args))
+
+
+def _run_on_node(
+    client_factory: Callable[[], Any],
+    host: str,
+    node: str,
+    command: str,
+    source: str,
+    connect_kwargs: dict[str, Any],
+    deadline: float,
+    after_connect: Callable[[Any], None] | None = None,
+) -> NodeOutcome:
+    paramiko = _paramiko()
+    client = client_factory()
+    try:
+        remaining = deadline - time.monotonic()
+        try:
+            client.connect(host, timeout=max(1.0, min(10.0, remaining)), **connect_kwargs)
+        except paramiko.SSHException as exc:
+            # Includes a host key that is unknown (refused by policy) or has changed.
+            return NodeOutcome(node, "unreachable", None, f"ssh to {host}: {exc}")
+        except OSError as exc:
+            return NodeOutcome(node, "unreachable", None, f"ssh to {host}: {exc}")
+        if after_connect is not None:
+            after_connect(client)
+        transport = client.get_transport()
+        channel = transport.open_session()
+        channel.settimeout(0.5)
+        channel.exec_command(command)
+        channel.sendall(source.encode())
+        channel.shutdown_write()
+        out = bytearray()
+        err = bytearray()
+        while time.monotonic() < deadline:
+            if channel.recv_ready():
+                out.extend(channel.recv(65536))
+            elif channel.recv_stderr_ready():
+                err.extend(channel.recv_stderr(65536))
+            elif channel.exit_status_ready():
+                break
+            else:
+                time.sleep(0.02)
+        while channel.recv_ready():
+            out.extend(channel.recv(65536))
+        while channel.recv_stderr_ready():
+            err.extend(channel.recv_stderr(65536))
+        timed_out = not channel.exit_status_ready()
+        frames = decode_frames(out.decode(errors="replace"))
+        if node in frames.documents:
+            return NodeOutcome(node, "ok", frames.documents[node])
+        if node in frames.damaged:
+            return NodeOutcome(node, "error", None, f"output damaged: {frames.damaged[node]}")
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        if timed_out:
+            return NodeOutcome(node, "timeout", None, "collector did not finish before the deadline")
+        status = channel.recv_exit_status()
+        return NodeOutcome(
+            node, "error", None, f"collector exited {status} without a result: {tail[0][:300]}"
+        )
+    finally:
+        client.close()
+
+
+def fan_out_ssh(
+    job_id: str,
+    nodes: Sequence[str],
+    options: CollectOptions,
+    *,
+    user: str | None = None,
+    port: int = 22,
+    key_filename: str | None = None,
+    known_hosts: str | None = None,
+    accept_new: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    addresses: dict[str, str] | None = None,
+) -> FanoutResult:
+    """Run the collector on every node over ssh, in parallel, bounded by ``options.timeout_s``."""
+    paramiko = _paramiko()
+    start = time.monotonic()
+    deadline = start + options.timeout_s
+    hosts = addresses if addresses is not None else node_addresses(nodes)
+    known_hosts_path = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+
+    def client_factory() -> Any:
+        client = paramiko.SSHClient()
+        if os.path.exists(known_hosts_path):
+            client.load_host_keys(known_hosts_path)
+        if accept_new:
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        else:
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        return client
+
+    connect_kwargs: dict[str, Any] = {
+        "port": port,
+        "username": user,
+        "key_filename": key_filename,
+        "allow_agent": key_filename is None,
+        "look_for_keys": key_filename is None,
+        "banner_timeout": 10,
+        "auth_timeout": 10,
+    }
+    source = collector_source()
+    result = FanoutResult(transport="ssh")
+    done = 0
+    lock = threading.Lock()
+
+    def remember_keys(client: Any) -> None:
+        # --ssh-accept-new: trust on first use and remember the key, like ssh's accept-new.
+        # Re-read the file under the lock so parallel nodes do not drop each other's keys.
+        key = client.get_transport().get_remote_server_key()
+        host, host_port = client.get_transport().getpeername()[:2]
+        name = host if host_port == 22 else f"[{host}]:{host_port}"
+        with lock:
+            os.makedirs(os.path.dirname(known_hosts_path) or ".", exist_ok=True)
+            stored = paramiko.HostKeys()
+            if os.path.exists(known_hosts_path):
+                stored.load(known_hosts_path)
+            if stored.lookup(name) is None:
+                stored.add(name, key.get_name(), key)
+                stored.save(known_hosts_path)
+
+    def one(node: str) -> NodeOutcome:
+        nonlocal done
+        try:
+            outcome = _run_on_node(
+                client_factory, hosts[node], node, ssh_command(options, job_id, node),
+                source, connect_kwargs, deadline, remember_keys if accept_new else None,
+            )
+        except Exception as exc:  # noqa: BLE001 - one node's failure is data, not a crash
+            outcome = NodeOutcome(node, "error", None, f"ssh: {type(exc).__name__}: {exc}")
+        with lock:
+            done += 1
+            if progress is not None:
+                progress(done, len(nodes))
+        return outcome
+
+    pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(nodes))))
+    futures = {node: pool.submit(one, node) for node in nodes}
+    for node, future in futures.items():
+        try:
+            result.nodes[node] = future.result(timeout=max(0.1, deadline + 2 - time.monotonic()))
+        except Exception:  # noqa: BLE001 - a thread stuck past the deadline
+            result.nodes[node] = NodeOutcome(node, "timeout", None, "no answer before the deadline")
+    pool.shutdown(wait=False, cancel_futures=True)
+    result.duration_s = time.monotonic() - start
+    return result
