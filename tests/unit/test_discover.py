@@ -1,0 +1,131 @@
+"""Discovery: scontrol text through an injected runner (no subprocess), then the job checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmdiag.errors import JobNotFound, JobNotRunning, SlurmUnavailable, UsageError
+from slurmdiag.slurm.discover import discover_job, job_ref_from_user, parse_slurm_version, to_job
+from slurmdiag.transport.run import CommandResult
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
+
+
+class FakeRunner:
+    """Answers each argv prefix with a canned CommandResult and records the calls."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def __call__(self, argv, timeout, **kwargs):
+        self.calls.append(list(argv))
+        for prefix, result in self.answers:
+            if list(argv[: len(prefix)]) == prefix:
+                return CommandResult(tuple(argv), *result)
+        raise AssertionError(f"unexpected command {argv}")
+
+
+VERSION_2205 = (["scontrol", "--version"], (0, "slurm-wlm 22.05.8\n", ""))
+
+
+def job_text(state: str, reason: str = "None", nodes: str = "node[001-002]") -> str:
+    return (
+        f"JobId=42 JobName=train UserId=alice(1000) GroupId=alice(1000) Priority=1 "
+        f"JobState={state} Reason={reason} Dependency=(null) RunTime=00:05:00 "
+        f"TimeLimit=00:30:00 SubmitTime=2026-11-22T00:00:00 StartTime=2026-11-22T00:00:01 "
+        f"Partition=debug NodeList={nodes} NumNodes=2 NumCPUs=4 NumTasks=4 "
+        f"StdOut=/tmp/job-42.out StdErr=/tmp/job-42.out\n"
+    )
+
+
+def test_running_job_is_found_with_its_nodes_and_logs():
+    # GIVEN scontrol reports a running 2-node job
+    runner = FakeRunner([VERSION_2205, (["scontrol", "show", "job"], (0, job_text("RUNNING"), ""))])
+    # WHEN it is discovered
+    job = discover_job(job_ref_from_user("42"), runner)
+    # THEN nodes are expanded and the text form was used (22.05 has no scontrol --json)
+    assert job.nodes == ("node001", "node002")
+    snapshot_job = to_job(job)
+    assert snapshot_job.user == "alice" and snapshot_job.ntasks == 4
+    assert snapshot_job.stdout == "/tmp/job-42.out"
+    assert ["scontrol", "show", "job", "-d", "-o", "42"] in runner.calls
+
+
+@pytest.mark.parametrize(
+    "state, error", [("PENDING", JobNotRunning), ("COMPLETED", JobNotRunning), ("SUSPENDED", JobNotRunning)]
+)
+def test_job_that_is_not_running_is_refused_with_its_state(state, error):
+    # GIVEN scontrol reports the job in a state without processes
+    runner = FakeRunner([VERSION_2205, (["scontrol", "show", "job"], (0, job_text(state, "Resources", "(null)"), ""))])
+    # WHEN / THEN discovery says why, naming the state, with a hint
+    with pytest.raises(error) as info:
+        discover_job(job_ref_from_user("42"), runner)
+    assert state in info.value.message
+    assert info.value.hint
+    assert info.value.exit_code == 4
+
+
+def test_unknown_job_is_job_not_found():
+    runner = FakeRunner([VERSION_2205, (["scontrol", "show", "job"],
+                                        (1, "", "slurm_load_jobs error: Invalid job id specified\n"))])
+    with pytest.raises(JobNotFound) as info:
+        discover_job(job_ref_from_user("99"), runner)
+    assert info.value.exit_code == 3
+
+
+def test_controller_down_is_slurm_unavailable():
+    runner = FakeRunner([VERSION_2205, (["scontrol", "show", "job"],
+                                        (1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"))])
+    with pytest.raises(SlurmUnavailable):
+        discover_job(job_ref_from_user("99"), runner)
+
+
+def test_missing_scontrol_is_slurm_unavailable():
+    def runner(argv, timeout, **kwargs):
+        return CommandResult(tuple(argv), None, "", "", start_error="[Errno 2] No such file or directory: 'scontrol'")
+
+    with pytest.raises(SlurmUnavailable) as info:
+        discover_job(job_ref_from_user("1"), runner)
+    assert info.value.exit_code == 5
+
+
+@pytest.mark.parametrize("text", ["abc", "12.3", "12_", "-1", "1_2_3", "12+x", ""])
+def test_bad_job_id_forms_are_usage_errors(text):
+    with pytest.raises(UsageError) as info:
+        job_ref_from_user(text)
+    assert info.value.exit_code == 2
+
+
+def test_array_task_record_is_selected_from_the_real_fixture():
+    # GIVEN the real scontrol record of an array task (Slurm 17.11/18.08 era)
+    text = (FIXTURES / "irush_array_task_completed.txt").read_text()
+    runner = FakeRunner([VERSION_2205, (["scontrol", "show", "job"], (0, text, ""))])
+    # WHEN the user names the task by array id and task id
+    with pytest.raises(JobNotRunning) as info:
+        discover_job(job_ref_from_user("2398463_150"), runner)
+    # THEN that task is found, and refused because it has COMPLETED
+    assert "COMPLETED" in info.value.message
+
+
+def test_json_is_used_on_slurm_23_02_and_later():
+    # GIVEN a Slurm 25.11 whose scontrol --json gives the real slurmrestd v0.0.44 document
+    text = (FIXTURES / "slurmrestd_25.11_v0044_job_running.json").read_text()
+    runner = FakeRunner([(["scontrol", "--version"], (0, "slurm 25.11.0\n", "")),
+                         (["scontrol", "--json"], (0, text, ""))])
+    from slurmdiag.slurm.parse import parse_scontrol_job_json
+
+    expected = parse_scontrol_job_json(text)[0]
+    # WHEN that job is discovered
+    job = discover_job(job_ref_from_user(expected.job_id), runner)
+    # THEN the JSON form was used and no text call was made
+    assert job.job_id == expected.job_id
+    assert not any(call[:3] == ["scontrol", "show", "job"] for call in runner.calls)
+
+
+def test_version_parsing():
+    assert parse_slurm_version("slurm-wlm 22.05.8") == (22, 5)
+    assert parse_slurm_version("slurm 25.11.0-1") == (25, 11)
+    assert parse_slurm_version("garbage") is None

@@ -1,0 +1,67 @@
+"""run_command: the one subprocess call site — timeouts end the whole process group."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from slurmdiag.transport.run import run_command
+
+
+def test_output_and_exit_code_are_returned():
+    # GIVEN a command that writes to both streams and fails
+    argv = [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"]
+    # WHEN it runs
+    result = run_command(argv, timeout=20)
+    # THEN both streams and the exit code come back, and it is not ok
+    assert result.stdout == "out\n"
+    assert result.stderr == "err\n"
+    assert result.returncode == 3
+    assert not result.ok and not result.timed_out
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    # GIVEN a command whose child (a grandchild of ours) would outlive it, writing its pid first
+    pidfile = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "print('started', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    # WHEN the deadline passes
+    start = time.monotonic()
+    result = run_command([sys.executable, "-c", script], timeout=2)
+    # THEN the call returns near the deadline with what was printed, and the grandchild is gone
+    assert result.timed_out
+    assert time.monotonic() - start < 6
+    assert "started" in result.stdout
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"grandchild {child} survived the timeout")
+
+
+def test_missing_program_is_a_result_not_an_exception():
+    # GIVEN a program that does not exist
+    result = run_command(["slurmdiag-no-such-program-xyz"], timeout=5)
+    # THEN the failure is described, not raised
+    assert result.returncode is None
+    assert result.start_error and "slurmdiag-no-such-program-xyz" in result.start_error
+
+
+def test_stdout_lines_are_streamed_to_the_callback():
+    # GIVEN a command printing three lines
+    seen: list[str] = []
+    run_command([sys.executable, "-c", "print('a'); print('b'); print('c')"], timeout=20,
+                on_stdout_line=seen.append)
+    # THEN the callback saw each line as it came
+    assert seen == ["a", "b", "c"]
