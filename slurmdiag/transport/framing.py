@@ -1,0 +1,135 @@
+"""Frames of the node collector's stdout: decode them (controller side), encode them (tests).
+
+srun merges the stdout of all its tasks, so every node's document travels as short lines::
+
+    @SDG1-HELLO <node> <pid>                              once, when the collector starts
+    @SDG1 <node> <seq> <total> <crc32-hex> <chunk>        payload = base64(zlib(json document))
+
+Each chunk line is written with one ``os.write``. A node whose chunks are missing, repeated with
+other content, or fail the CRC of the joined payload is *damaged* (with a message saying how);
+the other nodes still decode. Lines that are not frames are kept as noise (srun warnings, prints
+of the job). The collector (slurmdiag/collector/node.py) carries its own copy of the encoder.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+FRAME_TAG = "@SDG1 "
+HELLO_TAG = "@SDG1-HELLO "
+CHUNK_CHARS = 600
+# srun --label prefixes each line with the task number ("  3: ").
+_LABEL = re.compile(r"^\s*\d+:\s?$")
+
+
+@dataclass
+class FrameResult:
+    documents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hello: dict[str, int] = field(default_factory=dict)
+    damaged: dict[str, str] = field(default_factory=dict)
+    noise: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Group:
+    """The chunks of one document (one node, one total, one CRC)."""
+
+    total: int
+    crc: str
+    chunks: dict[int, str] = field(default_factory=dict)
+    conflict: int | None = None
+    bad_seq: int | None = None
+
+
+def encode_frames(node: str, doc: dict[str, Any], pid: int | None = None) -> str:
+    """The collector's framing of ``doc`` (with a hello line first when ``pid`` is given)."""
+    data = json.dumps(doc, separators=(",", ":"), default=str).encode()
+    payload = base64.b64encode(zlib.compress(data, 6)).decode("ascii")
+    crc = f"{zlib.crc32(payload.encode('ascii')) & 0xFFFFFFFF:08x}"
+    chunks = [payload[i : i + CHUNK_CHARS] for i in range(0, len(payload), CHUNK_CHARS)] or [""]
+    lines = [f"{HELLO_TAG}{node} {pid}\n"] if pid is not None else []
+    lines += [f"{FRAME_TAG}{node} {i} {len(chunks)} {crc} {c}\n" for i, c in enumerate(chunks)]
+    return "".join(lines)
+
+
+def decode_frames(text: str) -> FrameResult:
+    """Sort merged collector output into complete documents, damaged nodes and noise."""
+    result = FrameResult()
+    groups: dict[str, dict[tuple[int, str], _Group]] = {}
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        at = line.rfind("@SDG1")  # a cut line may run into the next frame: the last one counts
+        if at < 0:
+            if line.strip():
+                result.noise.append(line)
+            continue
+        prefix, line = line[:at], line[at:]
+        if prefix.strip() and not _LABEL.match(prefix):
+            result.noise.append(prefix)  # the head of a line that another node's line cut
+        if line.startswith(HELLO_TAG):
+            parts = line.split()
+            if len(parts) == 3 and parts[2].isdigit():
+                result.hello[parts[1]] = int(parts[2])
+            else:
+                result.noise.append(line)
+            continue
+        parts = line.split(" ")
+        if (
+            not line.startswith(FRAME_TAG)
+            or len(parts) != 6
+            or not parts[2].isdigit()
+            or not parts[3].isdigit()
+            or len(parts[4]) != 8
+        ):
+            result.noise.append(line)
+            continue
+        node, seq, total, crc, chunk = parts[1], int(parts[2]), int(parts[3]), parts[4], parts[5]
+        group = groups.setdefault(node, {}).setdefault((total, crc), _Group(total, crc))
+        if seq >= total:
+            group.bad_seq = seq
+        elif seq in group.chunks and group.chunks[seq] != chunk:
+            group.conflict = seq
+        else:
+            group.chunks[seq] = chunk
+
+    for node, by_key in groups.items():
+        problems: list[str] = []
+        for group in sorted(by_key.values(), key=lambda g: len(g.chunks), reverse=True):
+            doc, problem = _assemble(group)
+            if doc is not None:
+                result.documents[node] = doc
+                break
+            problems.append(problem)
+        if node not in result.documents:
+            result.damaged[node] = problems[0]
+    for node, pid in result.hello.items():
+        if node not in result.documents and node not in result.damaged:
+            result.damaged[node] = f"collector started (pid {pid}) but sent no document"
+    return result
+
+
+def _assemble(group: _Group) -> tuple[dict[str, Any] | None, str]:
+    if group.conflict is not None:
+        return None, f"duplicate chunk {group.conflict} with different content"
+    if group.bad_seq is not None:
+        return None, f"chunk number {group.bad_seq} out of range for {group.total} chunks"
+    missing = [i for i in range(group.total) if i not in group.chunks]
+    if missing:
+        shown = ",".join(str(i) for i in missing[:10]) + ("..." if len(missing) > 10 else "")
+        return None, f"missing chunks {len(missing)}/{group.total} (seq {shown})"
+    payload = "".join(group.chunks[i] for i in range(group.total))
+    if f"{zlib.crc32(payload.encode('ascii', 'replace')) & 0xFFFFFFFF:08x}" != group.crc:
+        return None, "crc mismatch"
+    try:
+        doc = json.loads(zlib.decompress(base64.b64decode(payload, validate=True)))
+    except (binascii.Error, zlib.error, ValueError) as exc:
+        return None, f"undecodable payload: {exc}"
+    if not isinstance(doc, dict):
+        return None, "undecodable payload: not a JSON object"
+    return doc, ""

@@ -1,0 +1,680 @@
+"""The node collector, for real: real target processes on this machine, real py-spy and strace.
+
+The targets pose as one node ("nodeX") of Slurm job 999999. scontrol does not know that job, so
+the collector's /proc fallback is what finds them. Decoys (the same job on another emulated node,
+another job on this node) record whether anything ever ptrace-attached to them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmdiag.collector import node as collector
+from slurmdiag.transport.framing import decode_frames
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTOR = REPO / "slurmdiag" / "collector" / "node.py"
+PYSPY = shutil.which("py-spy", path=str(REPO / ".venv" / "bin")) or shutil.which("py-spy")
+STRACE = shutil.which("strace")
+JOB = "999999"
+# The collector sees only this PATH: no nvidia-smi stand-in from other tests can leak in.
+TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+TARGET = '''
+import os, sys, threading, time
+
+
+def worker_main():
+    while True:
+        time.sleep(0.05)
+
+
+def wait_for_peer(seconds):
+    print("ready", os.getpid(), flush=True)  # from here on the stack is in this function
+    time.sleep(seconds)  # BLOCK-HERE
+
+
+def keep_busy():
+    while True:
+        time.sleep(0.05)  # a syscall every 50 ms, for strace to count
+
+
+def watch_tracer(flag_path):
+    """Leave a flag file if anything ever ptrace-attaches to this process."""
+    while True:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:") and line.split()[1] != "0":
+                    open(flag_path, "w").write(line)
+        time.sleep(0.002)
+
+
+def main():
+    role = sys.argv[1]
+    if role == "spawner":
+        import multiprocessing
+
+        worker = multiprocessing.get_context("spawn").Process(target=worker_main, daemon=True)
+        worker.start()
+        print("ready", os.getpid(), worker.pid, flush=True)
+        keep_busy()
+    elif role == "forker":
+        child = os.fork()
+        if child == 0:
+            keep_busy()
+        import socket
+
+        server = socket.create_server(("127.0.0.1", 0))
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        print("ready", os.getpid(), child, server.getsockname()[1], flush=True)
+        keep_busy()
+    elif role == "blocked":
+        wait_for_peer(3600)
+    elif role == "decoy":
+        threading.Thread(target=watch_tracer, args=(sys.argv[2],), daemon=True).start()
+        print("ready", os.getpid(), flush=True)
+        keep_busy()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+pytestmark = [
+    pytest.mark.skipif(PYSPY is None, reason="py-spy not found: pip install py-spy (see tests)"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the collector reads /proc"),
+]
+
+
+def _ptrace_allowed() -> bool:
+    scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+    return os.geteuid() == 0 or not scope.exists() or scope.read_text().strip() == "0"
+
+
+if not _ptrace_allowed():
+    pytestmark.append(
+        pytest.mark.skip(
+            reason="ptrace not permitted: run as root or `sysctl kernel.yama.ptrace_scope=0`"
+        )
+    )
+
+
+# ---------------------------------------------------------------- helpers
+
+
+class Targets:
+    """Target processes, each in its own process group; all of them are killed at the end."""
+
+    def __init__(self, directory: Path) -> None:
+        self.script = directory / "target.py"
+        self.script.write_text(TARGET)
+        self.directory = directory
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, role: str, env: dict[str, str], *extra: str) -> list[int]:
+        """Start one target and wait for its "ready <pid> [child pid]" line."""
+        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.directory)}
+        proc = subprocess.Popen(
+            [sys.executable, str(self.script), role, *extra],
+            env={**base, **env},
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, f"target {role} did not report ready within 30 s"
+        words = proc.stdout.readline().split()
+        assert words and words[0] == "ready", f"target {role} said {words!r}"
+        return [int(w) for w in words[1:]]
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # also workers, forks, stopped ones
+            except ProcessLookupError:
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def rank_env(rank: int, node: str = "nodeX", job: str = JOB) -> dict[str, str]:
+    return {
+        "SLURM_JOB_ID": job,
+        "SLURMD_NODENAME": node,
+        "SLURM_PROCID": str(rank),
+        "SLURM_STEP_ID": "0",
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": "3",
+        "HF_TOKEN": "hf_secret_value",
+        "WANDB_API_KEY": "wandb-secret",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "TORCH_HUB_TOKEN": "also-secret",
+        "NCCL_SOCKET_IFNAME": "lo",
+        "MASTER_ADDR": "127.0.0.1",
+    }
+
+
+def run_collector(args: dict[str, Any], via_c: bool = False) -> tuple[dict, float, float, str]:
+    """Run the collector like srun does; returns (document, wall s, CPU s incl. tools, stdout)."""
+    full = {"pyspy": [PYSPY], "nvidia_smi": [], **args}
+    source = ["-c", COLLECTOR.read_text()] if via_c else [str(COLLECTOR)]
+    argv = ["python3", "-I", "-S", *source, json.dumps(full)]
+    env = {"PATH": TOOL_PATH, "LANG": "C.UTF-8"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "", out.stderr
+    frames = decode_frames(out.stdout)
+    node = full.get("node", "nodeX")
+    assert frames.damaged == {} and frames.noise == [], (frames.damaged, frames.noise)
+    assert list(frames.documents) == [node]
+    assert frames.hello[node] > 0
+    return frames.documents[node], wall, cpu, out.stdout
+
+
+def stack_frames(process: dict) -> list[dict]:
+    return [
+        frame
+        for sample in process["samples"]
+        for thread in sample["threads"] or ()
+        for frame in thread["frames"]
+    ]
+
+
+def proc_state(pid: int) -> str:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rfind(")") + 2 :].split()[0]
+
+
+def tracer_pid(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("TracerPid:"):
+            return int(line.split()[1])
+    raise AssertionError("no TracerPid line")
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Three ranks of job 999999 on nodeX (one with a spawn worker, one with a fork child, one
+    blocked at a known line) and two decoys."""
+    directory = tmp_path_factory.mktemp("collector_job")
+    targets = Targets(directory)
+    try:
+        rank0, worker = targets.start("spawner", rank_env(0))
+        (rank1,) = targets.start("blocked", rank_env(1))
+        rank2, forked, port = targets.start("forker", rank_env(2))
+        flag_y, flag_z = directory / "traced_nodeY", directory / "traced_otherjob"
+        (decoy_y,) = targets.start("decoy", rank_env(5, node="nodeY"), str(flag_y))
+        (decoy_z,) = targets.start("decoy", rank_env(0, job="888888"), str(flag_z))
+        block_line = (
+            TARGET.splitlines().index(
+                next(line for line in TARGET.splitlines() if "# BLOCK-HERE" in line)
+            )
+            + 1
+        )
+        yield {
+            "targets": targets,
+            "ranks": {0: rank0, 1: rank1, 2: rank2},
+            "worker": worker,
+            "forked": forked,
+            "port": port,
+            "decoys": [decoy_y, decoy_z],
+            "flags": [flag_y, flag_z],
+            "block_line": block_line,
+            "script": str(targets.script),
+        }
+    finally:
+        targets.kill_all()
+
+
+@pytest.fixture(scope="module")
+def collected(job: dict[str, Any]) -> dict[str, Any]:
+    args = {
+        "job_id": JOB,
+        "node": "nodeX",
+        "samples": 3,
+        "interval": 0.5,
+        "strace_s": 1.0,
+        "strace": [STRACE] if STRACE else [],
+        "deadline_s": 25.0,
+    }
+    doc, wall, cpu, raw = run_collector(args)
+    return {"doc": doc, "wall": wall, "cpu": cpu, "raw": raw}
+
+
+# ---------------------------------------------------------------- the real run
+
+
+def test_finds_exactly_the_three_ranks_by_proc_scan(job: dict, collected: dict) -> None:
+    doc = collected["doc"]
+    assert doc["discovery"] == "proc"
+    assert any("scanned /proc instead" in e for e in doc["errors"])
+    ranks = {p["rank"]: p for p in doc["processes"] if p["role"] == "rank"}
+    assert sorted(ranks) == [0, 1, 2]
+    assert {r: p["pid"] for r, p in ranks.items()} == job["ranks"]
+    for number, process in ranks.items():
+        assert process["local_rank"] == number and process["world_size"] == 3
+        assert process["launcher"] == "srun"
+        assert process["step_id"] == "0"
+        assert process["cmdline"][-1] in ("spawner", "blocked", "forker")
+        assert process["state"] in ("S", "R")
+        assert isinstance(process["cpu_percent"], float)
+        assert process["rss_kb"] > 0 and process["num_threads"] >= 1
+
+
+def test_worker_and_fork_child_belong_to_their_ranks(job: dict, collected: dict) -> None:
+    by_pid = {p["pid"]: p for p in collected["doc"]["processes"]}
+    worker, forked = by_pid[job["worker"]], by_pid[job["forked"]]
+    assert worker["role"] == "dataloader_worker"
+    assert worker["rank_pid"] == job["ranks"][0] and worker["rank"] == 0
+    assert forked["role"] == "child"
+    assert forked["rank_pid"] == job["ranks"][2] and forked["rank"] == 2
+    # Workers are sampled once; ranks in every round.
+    assert len(worker["samples"]) == 1 and worker["samples"][0]["threads"]
+    assert all(len(by_pid[pid]["samples"]) == 3 for pid in job["ranks"].values())
+
+
+def test_tcp_connections_of_a_rank_with_their_interface(job: dict, collected: dict) -> None:
+    by_pid = {p["pid"]: p for p in collected["doc"]["processes"]}
+    conns = by_pid[job["ranks"][2]]["connections"]
+    listen = f"127.0.0.1:{job['port']}"
+    states = sorted((c["state"], c["local"] == listen, c["remote"] == listen) for c in conns)
+    # the server socket, the accepted end (local = listen), the client end (remote = listen)
+    assert states == [
+        ("ESTABLISHED", False, True),
+        ("ESTABLISHED", True, False),
+        ("LISTEN", True, False),
+    ]
+    assert {c["interface"] for c in conns} == {"lo"}
+    assert by_pid[job["ranks"][1]]["connections"] == []
+
+
+def test_decoys_are_never_inspected(job: dict, collected: dict) -> None:
+    pids = {p["pid"] for p in collected["doc"]["processes"]}
+    assert not pids & set(job["decoys"])
+    assert str(job["decoys"][0]) not in collected["raw"]  # not even mentioned
+    for flag in job["flags"]:
+        assert not flag.exists(), f"a decoy was ptrace-attached: {flag.read_text()}"
+
+
+def test_blocked_rank_shows_its_function_and_line(job: dict, collected: dict) -> None:
+    by_pid = {p["pid"]: p for p in collected["doc"]["processes"]}
+    blocked = by_pid[job["ranks"][1]]
+    assert all(s["error"] is None and s["threads"] for s in blocked["samples"])
+    frames = stack_frames(blocked)
+    assert {
+        "name": "wait_for_peer",
+        "filename": job["script"],
+        "line": job["block_line"],
+        "module": None,
+    } in frames
+    thread = blocked["samples"][0]["threads"][0]
+    assert set(thread) == {
+        "thread_id",
+        "os_thread_id",
+        "thread_name",
+        "active",
+        "owns_gil",
+        "frames",
+    }
+    offsets = [s["t"] for s in blocked["samples"]]
+    assert offsets == sorted(offsets) and offsets[-1] - offsets[0] >= 0.9
+
+
+def test_only_allowlisted_environment_leaves_the_node(collected: dict) -> None:
+    raw_doc = json.dumps(collected["doc"])
+    for secret in ("hf_secret_value", "wandb-secret", "also-secret", "HF_TOKEN", "AWS_SECRET"):
+        assert secret not in raw_doc
+    rank = next(p for p in collected["doc"]["processes"] if p["role"] == "rank")
+    assert rank["env"]["NCCL_SOCKET_IFNAME"] == "lo"
+    assert rank["env"]["MASTER_ADDR"] == "127.0.0.1"
+    assert "TORCH_HUB_TOKEN" not in rank["env"] and "PATH" not in rank["env"]
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not installed: apt-get install -y strace")
+def test_strace_table_for_every_rank(job: dict, collected: dict) -> None:
+    ranks = [p for p in collected["doc"]["processes"] if p["role"] == "rank"]
+    for process in ranks:
+        assert process["strace"]["status"] == "ok", process["strace"]
+        assert 0.9 <= process["strace"]["window_s"] < 3
+    busy = next(p for p in ranks if p["pid"] == job["ranks"][0])
+    assert "% time" in busy["strace"]["text"] and "clock_nanosleep" in busy["strace"]["text"]
+    # strace let go of every rank again
+    assert all(tracer_pid(pid) == 0 for pid in job["ranks"].values())
+
+
+def test_gpu_absent_and_loopback_listed(collected: dict) -> None:
+    doc = collected["doc"]
+    assert doc["gpu"]["status"] == "absent"
+    assert doc["gpu"]["message"] == "no GPUs visible (nvidia-smi not found)"
+    assert doc["tools"]["nvidia-smi"] is None and doc["tools"]["py-spy"] == PYSPY
+    lo = next(i for i in doc["nics"]["interfaces"] if i["name"] == "lo")
+    assert lo["kind"] == "loopback" and "127.0.0.1/8" in lo["addresses"]
+
+
+def test_document_header(collected: dict) -> None:
+    doc = collected["doc"]
+    assert doc["format"] == 1 and doc["collector_version"] == "1"
+    assert doc["node"] == "nodeX" and doc["python"].count(".") == 2
+    assert 0 < doc["duration_s"] < collected["wall"]
+    assert abs(doc["started"] - time.time()) < 120
+
+
+def test_stopped_process_is_dumped_nonblocking_and_left_stopped(tmp_path: Path) -> None:
+    # GIVEN a rank-like process of another job, stopped with SIGSTOP
+    targets = Targets(tmp_path)
+    try:
+        (pid,) = targets.start("blocked", rank_env(0, job="999998"))
+        os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while proc_state(pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc_state(pid) == "T"
+        # WHEN the collector (shipped as `python3 -I -S -c <source>`) samples it, strace on
+        doc, _, _, _ = run_collector(
+            {
+                "job_id": "999998",
+                "node": "nodeX",
+                "samples": 2,
+                "interval": 0.2,
+                "strace_s": 0.5,
+                "strace": [STRACE] if STRACE else [],
+            },
+            via_c=True,
+        )
+        # THEN its stack was read, strace stayed away, and it is still stopped, untraced
+        (process,) = doc["processes"]
+        assert process["pid"] == pid and process["state"] == "T"
+        assert all(s["threads"] and s["error"] is None for s in process["samples"])
+        assert process["samples"][0]["note"] == "read with --nonblocking: process in state T"
+        assert "wait_for_peer" in {f["name"] for f in stack_frames(process)}
+        if STRACE:
+            assert process["strace"]["status"] == "skipped"
+        time.sleep(0.2)
+        assert proc_state(pid) == "T" and tracer_pid(pid) == 0
+    finally:
+        targets.kill_all()
+
+
+def test_deadline_is_kept_and_skipped_samples_are_named(job: dict) -> None:
+    # GIVEN 5 samples 1 s apart and a strace window, but only 3 s in all
+    args = {
+        "job_id": JOB,
+        "node": "nodeX",
+        "samples": 5,
+        "interval": 1.0,
+        "strace_s": 2.0,
+        "strace": [STRACE] if STRACE else [],
+        "deadline_s": 3.0,
+    }
+    # WHEN the collector runs
+    doc, wall, _, _ = run_collector(args, via_c=True)
+    # THEN the document arrives in time and says what was left out
+    assert wall < 3.5
+    assert any(e.startswith("skipped samples 4-5 of 5") for e in doc["errors"]), doc["errors"]
+    ranks = [p for p in doc["processes"] if p["role"] == "rank"]
+    assert len(ranks) == 3 and all(len(p["samples"]) == 3 for p in ranks)
+    if STRACE:
+        assert all(p["strace"]["status"] == "skipped" for p in ranks)
+
+
+def test_nvidia_smi_field_fallback_and_compute_apps(tmp_path: Path) -> None:
+    # GIVEN an nvidia-smi of a pre-535 driver that does not know clocks_event_reasons
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        '  *clocks_event_reasons*) echo \'Field "clocks_event_reasons.active" is not a valid '
+        "field to query.'; exit 2;;\n"
+        "  --query-gpu=*) echo 'index, uuid, name'; echo '0, GPU-1234, NVIDIA A100'; exit 0;;\n"
+        "  --query-compute-apps=*) echo 'gpu_uuid, pid, process_name, used_gpu_memory [MiB]';"
+        " echo 'GPU-1234, 4242, python, 1000 MiB'; exit 0;;\n"
+        "esac\nexit 9\n"
+    )
+    fake.chmod(0o755)
+    # WHEN the collector runs with it (no job processes at all)
+    doc, _, _, _ = run_collector(
+        {"job_id": "1", "node": "n1", "samples": 0, "strace_s": 0, "nvidia_smi": [str(fake)]}
+    )
+    # THEN the second field set was used and both outputs are kept raw
+    gpu = doc["gpu"]
+    assert gpu["status"] == "ok" and doc["tools"]["nvidia-smi"] == str(fake)
+    assert "clocks_throttle_reasons.active" in gpu["query_gpu"]["argv"][1]
+    assert gpu["query_gpu"]["returncode"] == 0 and "NVIDIA A100" in gpu["query_gpu"]["text"]
+    assert "4242" in gpu["compute_apps"]["text"]
+    assert doc["processes"] == [] and any("no rank processes" in e for e in doc["errors"])
+
+
+def test_timings_of_three_ranks_three_samples_are_reasonable(collected: dict) -> None:
+    # 3 rounds 0.5 s apart + 1 s strace: about 2.2 s; the CPU is mostly py-spy and strace.
+    print(f"collector wall {collected['wall']:.2f} s, CPU {collected['cpu']:.2f} s")
+    assert collected["wall"] < 6
+    assert collected["cpu"] < 3
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+def test_source_is_python38_grammar_and_imports_no_slurmdiag() -> None:
+    source = COLLECTOR.read_text()
+    tree = ast.parse(source, feature_version=(3, 8))
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in getattr(node, "names", [])
+    }
+    assert "slurmdiag" not in imported
+    assert imported <= {
+        "json",
+        "os",
+        "sys",
+        "time",
+        "threading",
+        "subprocess",
+        "signal",
+        "zlib",
+        "binascii",
+        "traceback",
+        "fcntl",
+        "socket",
+        "struct",
+    }
+
+
+def test_parse_listpids_keeps_steps_and_drops_placeholders() -> None:
+    text = (
+        "PID      JOBID    STEPID   LOCALID GLOBALID\n"
+        "-1       13073    extern   0       0\n"
+        "3913206  13073    extern   -       -\n"
+        "3913212  13073    batch    0       0\n"
+        "3913230  13073    0        1       5\n"
+    )
+    assert collector.parse_listpids(text) == [
+        (3913206, "extern"),
+        (3913212, "batch"),
+        (3913230, "0"),
+    ]
+
+
+def test_proc_net_tcp_addresses_and_states() -> None:
+    text = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+        "timeout inode\n"
+        "   0: 0100007F:1F90 0100007F:C350 01 00000010:00000002 00:00000000 00000000  0 0 "
+        "12345 1 0000000000000000 20 4 30 10 -1\n"
+    )
+    table = collector.parse_proc_net_tcp(text)
+    assert table == {"12345": ("127.0.0.1", 8080, "127.0.0.1", 50000, "ESTABLISHED", 16, 2)}
+    text6 = (
+        "  sl  local_address                         remote_address                        st\n"
+        "   0: 00000000000000000000000001000000:1F90 0000000000000000FFFF00000100007F:C350 0A "
+        "00000000:00000000 00:00000000 00000000 0 0 777 1\n"
+    )
+    assert collector.parse_proc_net_tcp(text6) == {
+        "777": ("::1", 8080, "127.0.0.1", 50000, "LISTEN", 0, 0)
+    }
+
+
+def test_environment_allowlist() -> None:
+    env = {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_IB_AUTH_KEY": "k",
+        "TORCH_HUB_TOKEN": "t",
+        "GLOO_X": "1",
+        "HF_TOKEN": "t",
+        "AWS_ACCESS_KEY_ID": "a",
+        "RANK": "3",
+        "SLURM_JOB_ID": "1",
+        "SLURM_JOB_ACCOUNT": "acct",
+        "PATH": "/bin",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
+    assert collector.allowed_env(env) == {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "GLOO_X": "1",
+        "NCCL_DEBUG": "INFO",
+        "RANK": "3",
+        "SLURM_JOB_ID": "1",
+    }
+
+
+def _info(pid: int, ppid: int, cmdline: list[str], env: dict[str, str], comm: str = "python3"):
+    return {
+        "pid": pid,
+        "env": env,
+        "cmdline": cmdline,
+        "step_id": "0",
+        "stat": {
+            "comm": comm,
+            "ppid": ppid,
+            "state": "S",
+            "ticks": 0,
+            "num_threads": 1,
+            "starttime": 0,
+            "rss_pages": 1,
+        },
+    }
+
+
+def test_classify_torchrun_agent_ranks_and_workers() -> None:
+    # GIVEN srun -> bash -> torchrun agent -> 2 ranks, one with a forked DataLoader worker
+    slurm = {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}
+    procs = {
+        10: _info(10, 1, ["/bin/bash", "run.sh"], slurm, comm="bash"),
+        11: _info(11, 10, ["/usr/bin/python3", "/venv/bin/torchrun", "train.py"], slurm),
+        12: _info(
+            12,
+            11,
+            ["/usr/bin/python3", "-u", "train.py"],
+            {**slurm, "RANK": "0", "TORCHELASTIC_RUN_ID": "x"},
+        ),
+        13: _info(
+            13,
+            11,
+            ["/usr/bin/python3", "-u", "train.py"],
+            {**slurm, "RANK": "1", "TORCHELASTIC_RUN_ID": "x"},
+        ),
+        14: _info(
+            14,
+            13,
+            ["/usr/bin/python3", "-u", "train.py"],
+            {**slurm, "RANK": "1", "TORCHELASTIC_RUN_ID": "x"},
+            comm="pt_data_worker",
+        ),
+    }
+    collector.classify(procs)
+    roles = {pid: (info["role"], info["rank_pid"]) for pid, info in procs.items()}
+    assert roles == {
+        10: (None, None),
+        11: ("agent", None),
+        12: ("rank", None),
+        13: ("rank", None),
+        14: ("dataloader_worker", 13),
+    }
+    assert collector._launcher(procs[12], procs) == "torchrun"
+
+
+def test_classify_submitit_parent_that_started_ranks_is_an_agent() -> None:
+    slurm = {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7", "SUBMITIT_FOLDER": "/x"}
+    submit = ["/usr/bin/python3", "-u", "-m", "submitit.core._submit", "/x"]
+    procs = {
+        20: _info(20, 1, submit, slurm),
+        21: _info(21, 20, ["/usr/bin/python3", "worker.py"], {**slurm, "RANK": "0"}),
+        22: _info(22, 20, ["/usr/bin/python3", "worker.py"], {**slurm, "RANK": "1"}),
+    }
+    collector.classify(procs)
+    assert procs[20]["role"] == "agent" and procs[20]["agent_kind"] == "submitit"
+    assert procs[21]["role"] == procs[22]["role"] == "rank"
+    assert collector._launcher(procs[22], procs) == "submitit"
+
+
+def _run_with_stuck_collect(args: dict[str, Any], send_sigterm: bool) -> tuple[dict, float]:
+    """Run main() with a collect phase that never returns; returns (document, wall s)."""
+    driver = (
+        "import sys, time; sys.path.insert(0, sys.argv.pop(1)); import node\n"
+        "def stuck(args, clock, doc, status):\n"
+        "    status['phase'] = 'py-spy sampling'; time.sleep(60)\n"
+        "node.collect = stuck\n"
+        "node.os._exit(node.main(sys.argv))\n"
+    )
+    argv = ["python3", "-I", "-S", "-c", driver, str(COLLECTOR.parent), json.dumps(args)]
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        hello = proc.stdout.readline()
+        assert hello.startswith("@SDG1-HELLO n1 ")
+        if send_sigterm:
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    wall = time.monotonic() - started
+    frames = decode_frames(hello + rest)
+    assert frames.damaged == {} and frames.noise == []
+    return frames.documents["n1"], wall
+
+
+def test_watchdog_emits_a_partial_document_before_the_deadline() -> None:
+    doc, wall = _run_with_stuck_collect({"job_id": "1", "node": "n1", "deadline_s": 1.5}, False)
+    assert 1.2 < wall < 2.0
+    assert doc["errors"] == ["deadline reached during py-spy sampling; document is partial"]
+    assert doc["node"] == "n1" and doc["processes"] == []
+
+
+def test_sigterm_emits_a_partial_document_at_once() -> None:
+    doc, wall = _run_with_stuck_collect({"job_id": "1", "node": "n1", "deadline_s": 20}, True)
+    assert wall < 2.0
+    assert doc["errors"] == ["signal 15 received during py-spy sampling; document is partial"]
