@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurmdiag._version import __version__
-from slurmdiag.assemble import node_from_outcome
+from slurmdiag.assemble import flight_recorder_section, node_from_outcome
 from slurmdiag.errors import SlurmdiagError, UsageError
 from slurmdiag.logs import findings_from_job_logs
 from slurmdiag.slurm.discover import discover_job, job_ref_from_user, to_job
@@ -58,6 +58,7 @@ def collect_snapshot(
     node_python: str = "python3",
     pyspy_path: str | None = None,
     nvidia_smi_path: str | None = None,
+    flight_recorder: bool = False,
     ssh_options: dict | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Snapshot, list[str]]:
@@ -78,6 +79,7 @@ def collect_snapshot(
         node_python=node_python,
         pyspy_paths=(pyspy_path,) if pyspy_path else (),
         nvidia_smi_paths=(nvidia_smi_path,) if nvidia_smi_path else (),
+        flight_recorder=flight_recorder,
     )
     fanout = _fan_out(slurm_job.job_id, slurm_job.nodes, options, transport, ssh_options, progress)
     nodes = tuple(node_from_outcome(fanout.nodes[name]) for name in slurm_job.nodes)
@@ -95,8 +97,13 @@ def collect_snapshot(
             "strace_s": strace_s,
             "timeout_s": timeout_s,
             "native": native,
+            "flight_recorder": flight_recorder,
         },
         log_findings=findings_from_job_logs(job),
+        flight_recorder=flight_recorder_section(
+            {n: o.document for n, o in fanout.nodes.items() if o.document is not None},
+            requested=flight_recorder,
+        ),
     )
     return snapshot, list(fanout.warnings)
 

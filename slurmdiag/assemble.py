@@ -7,6 +7,9 @@ fixed in one place on the controller, not on thousands of nodes.
 
 from __future__ import annotations
 
+import base64
+import io
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -233,3 +236,51 @@ def node_from_outcome(outcome: NodeOutcome) -> Node:
                 message=f"the collector's document could not be read: {exc}",
             )
     return Node(name=outcome.name, status=outcome.status, message=outcome.message)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickle plain containers and scalars only: a dump from a node never runs code here."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a Flight Recorder dump")
+
+
+def _dump_object(raw: Mapping[str, Any]) -> Any:
+    if raw.get("format") == "pickle":
+        data = base64.b64decode(raw.get("base64") or "")
+        return _PlainUnpickler(io.BytesIO(data)).load()
+    return raw.get("text") or ""
+
+
+def flight_recorder_section(
+    documents: Mapping[str, Mapping[str, Any]], requested: bool
+) -> dict[str, Any] | None:
+    """Gather the ranks' Flight Recorder dumps into the snapshot's ``flight_recorder`` section."""
+    dumps: dict[str, Any] = {}
+    missing: list[int] = []
+    errors: list[str] = []
+    seen_any = False
+    for node_name, doc in documents.items():
+        for proc in doc.get("processes") or ():
+            if proc.get("role") != "rank" or "flight_recorder" not in proc:
+                continue
+            seen_any = True
+            raw = proc["flight_recorder"] or {}
+            rank = _int(proc.get("rank"))
+            if rank is None:
+                continue
+            if raw.get("status") == "ok":
+                try:
+                    dumps[str(rank)] = _dump_object(raw)
+                except (pickle.UnpicklingError, ValueError, EOFError) as exc:
+                    errors.append(f"rank {rank} on {node_name}: unreadable dump: {exc}")
+                    missing.append(rank)
+            else:
+                missing.append(rank)
+                if raw.get("status") != "not_hooked":
+                    errors.append(f"rank {rank} on {node_name}: {raw.get('message')}")
+    if not requested and not dumps:
+        return None
+    if requested and not seen_any:
+        errors.append("no rank answered the Flight Recorder request")
+    return {"dumps": dumps, "missing_ranks": sorted(missing), "errors": errors}

@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_seconds, default=30.0, help="global deadline in seconds (default 30)"
     )
     attach.add_argument("--native", action="store_true", help="include native frames (slower)")
+    attach.add_argument(
+        "--flight-recorder", action="store_true",
+        help="ask ranks hooked with slurmdiag.torch.install() for a Flight Recorder dump",
+    )
     attach.add_argument("--transport", choices=("srun", "ssh"), default="srun")
     attach.add_argument("--out", metavar="DIR", help="write snapshot.json and report.html here")
     attach.add_argument("--json", action="store_true", help="print the snapshot JSON on stdout")
@@ -138,6 +142,7 @@ def _run_attach(args: argparse.Namespace) -> int:
         node_python=args.node_python,
         pyspy_path=args.pyspy_path,
         nvidia_smi_path=args.nvidia_smi_path,
+        flight_recorder=args.flight_recorder,
         ssh_options=ssh_options,
         progress=_progress_printer(),
     )

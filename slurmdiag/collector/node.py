@@ -1105,6 +1105,86 @@ def _arg_list(value):
     return [v for v in value or () if isinstance(v, str)]
 
 
+FR_DUMP_MAX_BYTES = 16 * 1024 * 1024
+
+
+def _proc_uid(pid):
+    text = _read("/proc/{}/status".format(pid)) or ""
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                return int(fields[1])
+    return None
+
+
+def fr_request(pid, env):
+    """Ask a process hooked by slurmdiag.torch for a Flight Recorder dump (a trigger file)."""
+    uid = _proc_uid(pid)
+    base = env.get("SLURMDIAG_FR_DIR") or "/tmp/slurmdiag-fr-{}".format(uid)
+    registration = os.path.join(base, "{}.json".format(pid))
+    dump = os.path.join(base, "{}.fr.json".format(pid))
+    if not os.path.exists(registration):
+        return None
+    try:
+        os.unlink(dump)  # an old dump must not pass for the one we ask for now
+    except OSError:
+        pass
+    trigger = os.path.join(base, "{}.trigger".format(pid))
+    try:
+        with open(trigger, "w"):
+            pass
+    except OSError as exc:
+        return {"dump": dump, "error": "cannot create trigger {}: {}".format(trigger, exc)}
+    return {"dump": dump, "error": None}
+
+
+def _torch_dump_file(env, rank):
+    """A dump PyTorch wrote itself (NCCL watchdog timeout) under TORCH_FR_DUMP_TEMP_FILE."""
+    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+        prefix = env.get(name)
+        if prefix and rank is not None and os.path.isfile("{}{}".format(prefix, rank)):
+            return "{}{}".format(prefix, rank)
+    if rank is not None and os.path.isfile("/tmp/nccl_trace_rank_{}".format(rank)):
+        return "/tmp/nccl_trace_rank_{}".format(rank)
+    return None
+
+
+def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
+    """Wait (bounded) for requested dumps; attach each to its rank entry, raw text or base64."""
+    import binascii
+
+    until = min(time.monotonic() + wait_s, clock.deadline - FINISH_RESERVE_S - 0.3)
+    pending = {pid: req for pid, req in requests.items() if req and not req["error"]}
+    while pending and time.monotonic() < until:
+        for pid in [p for p, req in pending.items() if os.path.exists(req["dump"])]:
+            del pending[pid]
+        if pending:
+            time.sleep(0.1)
+    for pid, entry in entries_by_pid.items():
+        req = requests.get(pid)
+        result = None
+        if req is not None and req["error"]:
+            result = {"status": "error", "message": req["error"]}
+        elif req is not None and pid not in pending:
+            data = _read(req["dump"], binary=True) or b""
+            result = {"status": "ok", "format": "json", "source": req["dump"],
+                      "text": data[:FR_DUMP_MAX_BYTES].decode("utf-8", "replace")}
+        elif req is not None:
+            result = {"status": "timeout",
+                      "message": "hooked process did not write its dump in time"}
+        else:
+            path = _torch_dump_file(envs[pid], entry["rank"])
+            if path:
+                data = _read(path, binary=True) or b""
+                result = {"status": "ok", "format": "pickle", "source": path,
+                          "base64": binascii.b2a_base64(data[:FR_DUMP_MAX_BYTES], newline=False).decode()}
+            else:
+                result = {"status": "not_hooked",
+                          "message": "no slurmdiag.torch hook and no PyTorch dump file"}
+        entry["flight_recorder"] = result
+
+
 def collect(args, clock, doc, status):
     """Fill ``doc`` in place (so the watchdog can emit a partial one)."""
     errors = doc["errors"]
@@ -1212,6 +1292,13 @@ def collect(args, clock, doc, status):
     if not ranks:
         errors.append(f"no rank processes of job {job_id} found on {node}")
 
+    # Flight Recorder: ask hooked ranks first, so they dump while the stacks are sampled.
+    fr_requests = {}
+    rank_envs = {info["pid"]: info["env"] for info in kept if info["role"] == "rank"}
+    if args.get("flight_recorder") and ranks:
+        for entry in ranks:
+            fr_requests[entry["pid"]] = fr_request(entry["pid"], rank_envs[entry["pid"]])
+
     # Stack samples: K rounds `interval` apart; workers only in the first round.
     status["phase"] = "py-spy sampling"
     pyspy = tools["py-spy"]
@@ -1310,6 +1397,16 @@ def collect(args, clock, doc, status):
                 if message and result["status"] == "ok":
                     result["message"] = message
                 entry["strace"] = result
+
+    if args.get("flight_recorder") and ranks:
+        status["phase"] = "flight recorder"
+        fr_collect(
+            fr_requests,
+            {e["pid"]: e for e in ranks},
+            rank_envs,
+            clock,
+            float(args.get("fr_wait_s", 10.0)),
+        )
 
     status["phase"] = "gpu and nic collection"
     side_thread.join(max(0.0, clock.left()))

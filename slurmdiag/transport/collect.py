@@ -35,6 +35,7 @@ class CollectOptions:
     pyspy_paths: tuple[str, ...] = ()
     strace_paths: tuple[str, ...] = ()
     nvidia_smi_paths: tuple[str, ...] = ()
+    flight_recorder: bool = False
 
 
 @dataclass
@@ -84,6 +85,8 @@ def collector_args(job_id: str, options: CollectOptions, node: str | None = None
         "pyspy": list(options.pyspy_paths or default_tool_paths("py-spy")),
         "strace": list(options.strace_paths or default_tool_paths("strace")),
         "nvidia_smi": list(options.nvidia_smi_paths),
+        "flight_recorder": options.flight_recorder,
+        "fr_wait_s": min(10.0, max(1.0, options.timeout_s * 0.4)),
     }
     if node is not None:
         args["node"] = node
