@@ -131,28 +131,30 @@ def _other(proc: Mapping[str, Any]) -> WorkerProcess:
 def _gpus(raw: Mapping[str, Any] | None) -> GpuState:
     if not raw:
         return GpuState(status="absent", message="the collector reported nothing about GPUs")
-    status = raw.get("status") or "error"
     xids = parse_xid_lines("\n".join(raw.get("xid_lines") or ()))
-    if status != "ok":
-        return GpuState(status=status, message=raw.get("message"), xid_events=xids)
     query = raw.get("query_gpu") or {}
     qx = raw.get("qx") or {}
-    gpus: tuple = ()
-    message = raw.get("message")
-    if query.get("returncode") == 0 and query.get("text"):
-        gpus = parse_nvidia_smi_query_csv(query["text"])
-    elif qx.get("returncode") == 0 and qx.get("text"):
-        gpus = parse_nvidia_smi_xml(qx["text"])
-    else:
-        status = "error"
-        message = message or "nvidia-smi gave no readable GPU list"
     apps_raw = raw.get("compute_apps") or {}
     apps = (
         parse_nvidia_smi_apps_csv(apps_raw["text"])
         if apps_raw.get("returncode") == 0 and apps_raw.get("text")
         else ()
     )
-    return GpuState(status=status, message=message, gpus=gpus, apps=apps, xid_events=xids)
+    if query.get("returncode") == 0 and query.get("text"):
+        gpus = parse_nvidia_smi_query_csv(query["text"])
+        return GpuState(status="ok", message=raw.get("message"), gpus=gpus, apps=apps, xid_events=xids)
+    if qx.get("returncode") == 0 and qx.get("text"):
+        # Older drivers reject some --query-gpu fields; the XML report has them all.
+        gpus = parse_nvidia_smi_xml(qx["text"])
+        message = f"{raw.get('message')}; read from 'nvidia-smi -q -x' instead"
+        return GpuState(status="ok", message=message, gpus=gpus, apps=apps, xid_events=xids)
+    status = raw.get("status") or "error"
+    return GpuState(
+        status="error" if status == "ok" else status,
+        message=raw.get("message") or "nvidia-smi gave no readable GPU list",
+        apps=apps,
+        xid_events=xids,
+    )
 
 
 def _nics(raw: Mapping[str, Any] | None) -> NicState:

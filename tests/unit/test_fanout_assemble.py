@@ -1,0 +1,148 @@
+"""From the merged srun output to snapshot Nodes: per-node outcomes, then assembly (pure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from slurmdiag.assemble import flight_recorder_section, node_from_document, node_from_outcome
+from slurmdiag.transport.collect import (
+    CollectOptions,
+    collector_source,
+    outcomes_from_output,
+    srun_argv,
+)
+from slurmdiag.transport.framing import encode_frames
+from slurmdiag.transport.run import CommandResult
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "collector"
+REAL_STDOUT = (FIXTURES / "srun_stdout_2nodes_simple.txt").read_text()
+REAL_DOC = json.loads((FIXTURES / "node001_simple_sleep.json").read_text())
+
+
+def result(stdout="", stderr="", timed_out=False, returncode=0):
+    return CommandResult(("srun",), returncode, stdout, stderr, timed_out, 1.0)
+
+
+def test_srun_argv_is_one_overlapping_step_without_gpus():
+    # GIVEN a 3-node job
+    argv = srun_argv("77", ["n1", "n2", "n3"], CollectOptions(timeout_s=20))
+    # THEN it is one srun step into the job, one task per node, not taking the job's GPUs
+    assert argv[0] == "srun"
+    for flag in ("--jobid=77", "--overlap", "--gres=gpu:0", "--nodes=3", "--ntasks-per-node=1",
+                 "--nodelist=n1,n2,n3", "--kill-on-bad-exit=0"):
+        assert flag in argv
+    # AND the collector is sent inline (nodes need no install), with the args last
+    assert argv[argv.index("-c") + 1] == collector_source()
+    args = json.loads(argv[-1])
+    assert args["job_id"] == "77" and args["deadline_s"] < 20
+
+
+def test_collector_source_fits_in_one_argument():
+    # Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN); the collector travels as one.
+    assert len(collector_source().encode()) < 120 * 1024
+
+
+def test_real_merged_output_gives_every_node():
+    # GIVEN the stdout of a real srun step over 2 nodes of the local cluster
+    out = outcomes_from_output(["node001", "node002"], result(REAL_STDOUT), "srun")
+    # THEN both nodes are ok with their documents
+    assert {n: o.status for n, o in out.nodes.items()} == {"node001": "ok", "node002": "ok"}
+    assert out.nodes["node002"].document["node"] == "node002"
+
+
+def test_node_that_started_but_did_not_finish_is_a_timeout_with_reason():
+    # GIVEN node001 answered, node002 said hello only, node003 never started, and srun timed out
+    stdout = encode_frames("node001", REAL_DOC) + "@SDG1-HELLO node002 99\n"
+    out = outcomes_from_output(["node001", "node002", "node003"],
+                               result(stdout, timed_out=True, returncode=-15), "srun")
+    # THEN each node's status says what happened, and node001's data is kept
+    assert out.nodes["node001"].status == "ok"
+    assert out.nodes["node002"].status in ("timeout", "error")
+    assert "started" in out.nodes["node002"].message
+    assert out.nodes["node003"].status == "timeout"
+    assert "never started" in out.nodes["node003"].message
+
+
+def test_refused_step_is_reported_with_the_ssh_hint():
+    # GIVEN srun kept waiting because the nodes were busy, until the deadline
+    stderr = "srun: Job 77 step creation temporarily disabled, retrying (Requested nodes are busy)\n"
+    out = outcomes_from_output(["n1"], result("", stderr, timed_out=True), "srun")
+    # THEN the node carries srun's words and a warning suggests the ssh transport
+    assert "Requested nodes are busy" in out.nodes["n1"].message
+    assert any("--transport ssh" in w for w in out.warnings)
+
+
+def test_damaged_output_marks_only_that_node():
+    # GIVEN node002's frames lost a chunk in transit
+    lines = encode_frames("node002", REAL_DOC | {"node": "node002"}).splitlines()
+    frames = [ln for ln in lines if ln.startswith("@SDG1 ")]
+    assert len(frames) > 1
+    stdout = encode_frames("node001", REAL_DOC) + "\n".join(frames[1:]) + "\n"
+    out = outcomes_from_output(["node001", "node002"], result(stdout), "srun")
+    # THEN node001 is fine and node002 is an error saying its output was damaged
+    assert out.nodes["node001"].status == "ok"
+    assert out.nodes["node002"].status == "error"
+    assert "damaged" in out.nodes["node002"].message
+
+
+def test_real_document_assembles_into_a_node():
+    # GIVEN the real document of node001 (2 ranks sleeping, GPUs from the nvidia-smi stand-in)
+    node = node_from_document("node001", REAL_DOC)
+    # THEN ranks carry identity, stacks, strace and the process state
+    assert [r.rank for r in node.ranks] == [0, 1]
+    rank = node.ranks[0]
+    assert rank.launcher == "srun" and rank.local_rank == 0 and rank.world_size == 4
+    assert len(rank.samples) == 2
+    assert rank.samples[0].threads[0].frames[0].function == "wait_forever"
+    assert rank.strace is not None and rank.strace.status == "ok"
+    assert rank.state == "S"
+    # AND GPUs were read from the XML fallback of the replayed nvidia-smi (A100 with MIG)
+    assert node.gpus.status == "ok"
+    assert node.gpus.gpus[0].name == "NVIDIA A100-SXM4-80GB"
+    assert "lo" in [i.name for i in node.nics.interfaces]
+
+
+def test_failed_outcome_keeps_status_and_message():
+    from slurmdiag.transport.collect import NodeOutcome
+
+    node = node_from_outcome(NodeOutcome("n9", "unreachable", None, "the collector did not run"))
+    assert (node.status, node.message, node.ranks) == ("unreachable", "the collector did not run", ())
+
+
+def test_broken_document_is_an_error_node_not_an_exception():
+    from slurmdiag.transport.collect import NodeOutcome
+
+    node = node_from_outcome(NodeOutcome("n1", "ok", {"processes": [{"role": "rank"}]}))
+    assert node.status == "error" and "could not be read" in node.message
+
+
+def test_flight_recorder_section_collects_dumps_and_missing_ranks():
+    # GIVEN two ranks: one hooked with a dump, one not hooked
+    fr = (Path(__file__).parent.parent / "fixtures/flight_recorder/local_gloo_torch2.13_hook_rank0.json").read_text()
+    docs = {"n1": {"processes": [
+        {"role": "rank", "rank": 0, "flight_recorder": {"status": "ok", "format": "json", "text": fr}},
+        {"role": "rank", "rank": 1, "flight_recorder": {"status": "not_hooked", "message": "x"}},
+    ]}}
+    section = flight_recorder_section(docs, requested=True)
+    assert list(section["dumps"]) == ["0"] and section["missing_ranks"] == [1]
+
+
+def test_pickled_dump_with_code_is_refused():
+    # GIVEN a pickle that would run code when loaded
+    import base64
+    import os
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    payload = base64.b64encode(pickle.dumps(Evil())).decode()
+    docs = {"n1": {"processes": [{"role": "rank", "rank": 3, "flight_recorder": {
+        "status": "ok", "format": "pickle", "base64": payload}}]}}
+    # WHEN it is gathered THEN it is refused as unreadable, never executed
+    section = flight_recorder_section(docs, requested=True)
+    assert section["dumps"] == {}
+    assert section["missing_ranks"] == [3]
+    assert "refusing" in section["errors"][0]
