@@ -70,9 +70,16 @@ def _run_on_node(
         remaining = deadline - time.monotonic()
         try:
             client.connect(host, timeout=max(1.0, min(10.0, remaining)), **connect_kwargs)
+        except paramiko.BadHostKeyException as exc:
+            return NodeOutcome(
+                node, "unreachable", None,
+                f"ssh to {host}: host key CHANGED ({exc}); refusing to connect",
+            )
         except paramiko.SSHException as exc:
-            # Includes a host key that is unknown (refused by policy) or has changed.
-            return NodeOutcome(node, "unreachable", None, f"ssh to {host}: {exc}")
+            message = f"ssh to {host}: {exc}"
+            if "known_hosts" in str(exc):
+                message += " (hint: add its key to known_hosts, or pass --ssh-accept-new)"
+            return NodeOutcome(node, "unreachable", None, message)
         except OSError as exc:
             return NodeOutcome(node, "unreachable", None, f"ssh to {host}: {exc}")
         if after_connect is not None:
