@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurmdiag._version import __version__
-from slurmdiag.errors import SlurmdiagError, UsageError
+from slurmdiag.errors import SlurmdiagError, TransportFailed, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -163,6 +163,15 @@ def _run_attach(args: argparse.Namespace) -> int:
         print(f"snapshot: {result.out_dir / 'snapshot.json'}", file=sys.stderr)
         if snapshot.report:
             print(f"report:   {snapshot.report}", file=sys.stderr)
+    if snapshot.nodes and all(node.status != "ok" for node in snapshot.nodes):
+        # Written and shown above (each node's reason is data), yet nothing was collected.
+        first = snapshot.nodes[0]
+        print(f"error: no node answered ({first.name}: {first.message})", file=sys.stderr)
+        hint = TransportFailed("").hint
+        if args.transport == "ssh":
+            hint = "check ssh access to the nodes (keys, known_hosts, --ssh-user/--ssh-port)"
+        print(f"hint: {hint}", file=sys.stderr)
+        return TransportFailed.exit_code
     return 0
 
 
