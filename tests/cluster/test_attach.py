@@ -1,0 +1,232 @@
+"""attach against the real local Slurm cluster and real hung torch.distributed jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmdiag.api import collect_snapshot
+from scenarios.launch import load_truth, scenario_names
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+SLURMDIAG = [sys.executable, "-m", "slurmdiag.cli"]
+CLUSTER_DIR = Path(os.environ.get("SLURMDIAG_CLUSTER_DIR", "/tmp/slurmdiag-cluster"))
+ALLOWED_EXACT = {
+    "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS", "SLURM_JOB_ID",
+    "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID",
+    "SLURMD_NODENAME", "SLURM_JOB_NODELIST", "SLURM_CPUS_ON_NODE",
+}
+
+
+def env_is_allowlisted(name: str) -> bool:
+    if name in ALLOWED_EXACT:
+        return True
+    return name.startswith(("NCCL_", "GLOO_", "TORCH_")) and not any(
+        word in name for word in ("TOKEN", "KEY", "SECRET", "PASS", "CRED", "AUTH")
+    )
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
+    return subprocess.run([*SLURMDIAG, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=REPO)
+
+
+def job_descendants(pids: set[int]) -> set[int]:
+    """The given pids and every process below them, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    seen, stack = set(), list(pids)
+    while stack:
+        pid = stack.pop()
+        if pid not in seen:
+            seen.add(pid)
+            stack.extend(children.get(pid, ()))
+    return seen
+
+
+@pytest.fixture(scope="module", autouse=True)
+def start_every_scenario(scenario_run):
+    # Submit them all at once: each needs 10-20 s to import torch and reach its hang.
+    scenario_run.start()
+
+
+@pytest.mark.parametrize("name", scenario_names())
+def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, name):
+    # GIVEN a real hung job (srun, torchrun under srun, or submitit)
+    run = scenario_run(name)
+    truth = run.truth
+    records = run.rank_records()
+    # WHEN slurmdiag attaches (1 sample is enough to identify ranks)
+    snapshot, _ = collect_snapshot(run.job_id, samples=2, interval=0.5, strace_s=0)
+    # THEN every node answered and every live rank is there once, with the right global rank
+    assert [n.status for n in snapshot.nodes] == ["ok"] * len(snapshot.nodes), [
+        (n.name, n.message) for n in snapshot.nodes
+    ]
+    found = {r.rank: r for _, r in snapshot.all_ranks()}
+    expected = {r for r in range(truth["world_size"]) if records[r].get("role") != "dead"}
+    assert set(found) == expected
+    assert len(snapshot.all_ranks()) == len(expected)  # agents and workers are not ranks
+    for rank, record in records.items():
+        if rank in found:
+            assert found[rank].pid == int(record["pid"]), f"rank {rank} has the wrong pid"
+    for rank in found.values():
+        assert rank.launcher == truth["launcher"]
+        assert rank.world_size == truth["world_size"]
+        assert rank.samples and all(s.threads for s in rank.samples), rank.samples
+    if truth["launcher"] == "torchrun":
+        agents = [p for n in snapshot.nodes for p in n.other_processes if p.role == "agent"]
+        assert len(agents) == truth["nodes"], "one torchrun agent per node, reported apart"
+
+
+def test_only_the_jobs_own_processes_are_inspected(scenario_run):
+    # GIVEN several scenario jobs share the same nodes (oversubscribed)
+    run = scenario_run("rank_gated_collective")
+    scenario_run("healthy_slow")
+    own = job_descendants({int(r["pid"]) for r in run.rank_records().values()})
+    # WHEN attaching to one of them
+    snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0)
+    # THEN every inspected pid belongs to that job
+    inspected = {r.pid for _, r in snapshot.all_ranks()}
+    inspected |= {w.pid for _, r in snapshot.all_ranks() for w in r.workers}
+    assert inspected and inspected <= own
+    # AND only allowlisted environment variables left the nodes
+    names = {k for _, r in snapshot.all_ranks() for k in r.env}
+    assert "RANK" in names or "SLURM_PROCID" in names
+    assert all(env_is_allowlisted(k) for k in names), sorted(names)
+    assert "PATH" not in names and "SLURM_CONF" not in names
+
+
+def test_no_rank_left_stopped_and_no_step_left_behind(scenario_run):
+    # GIVEN a hung job
+    run = scenario_run("blocked_outside_collective")
+    pids = [int(r["pid"]) for r in run.rank_records().values()]
+    # WHEN attached to with samples and strace (both ptrace the ranks)
+    snapshot, _ = collect_snapshot(run.job_id, samples=2, interval=0.5, strace_s=1)
+    assert all(r.strace is not None for _, r in snapshot.all_ranks())
+    # THEN no rank is left in state T and no collector step remains in Slurm
+    for pid in pids:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state not in ("T", "t"), f"pid {pid} left in state {state}"
+    steps = subprocess.run(["squeue", "-h", "-s", "-j", run.job_id, "-o", "%i %j"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "slurmdiag-collect" not in steps
+
+
+def slurmd_pid(node: str) -> int:
+    return int((CLUSTER_DIR / "run" / f"slurmd-{node}.pid").read_text().strip())
+
+
+def test_stopped_slurmd_marks_its_node_and_keeps_the_others(scenario_run):
+    # GIVEN a hung job, and the slurmd of its last node stopped (SIGSTOP: alive, not answering)
+    # as attach begins, so that the step cannot start there
+    run = scenario_run("rank_gated_collective")
+    nodes = run_nodes(run.job_id)
+    victim = nodes[-1]
+    pid = slurmd_pid(victim)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        snapshot, warnings = collect_snapshot(run.job_id, samples=1, strace_s=0, timeout_s=8)
+        elapsed = time.monotonic() - start
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # THEN attach returned within its deadline (plus clean-up), the victim is marked with a reason,
+    # and the other node is complete
+    assert elapsed < 8 + 6
+    by_name = {n.name: n for n in snapshot.nodes}
+    assert by_name[victim].status in ("timeout", "unreachable", "error")
+    assert by_name[victim].message
+    for name in nodes[:-1]:
+        assert by_name[name].status == "ok" and by_name[name].ranks
+    # AND no collector step of ours is left in the job once slurmd is back
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        steps = subprocess.run(["squeue", "-h", "-s", "-j", run.job_id, "-o", "%i %j"],
+                               capture_output=True, text=True).stdout
+        if "slurmdiag-collect" not in steps:
+            break
+        time.sleep(0.5)
+    assert "slurmdiag-collect" not in steps
+
+
+def run_nodes(job_id: str) -> list[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames",
+                          subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"],
+                                         capture_output=True, text=True).stdout.strip()],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def test_missing_py_spy_is_a_message_per_node(scenario_run, tmp_path):
+    # GIVEN nodes whose PATH has no py-spy, and a wrong --py-spy path
+    run = scenario_run("healthy_slow")
+    env = dict(os.environ, PATH="/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin")
+    # WHEN attaching through the CLI
+    result = run_cli("attach", run.job_id, "--py-spy", "/nonexistent/py-spy", "--samples", "1",
+                     "--strace", "0", "--json", "--no-report", "--out", str(tmp_path), env=env)
+    # THEN attach succeeds and each node says py-spy is missing
+    assert result.returncode == 0, result.stderr
+    snapshot = json.loads(result.stdout)
+    for node in snapshot["nodes"]:
+        assert any("py-spy not found" in e for e in node["errors"]), node["errors"]
+
+
+def test_unknown_job_exits_3_with_one_line_error():
+    result = run_cli("attach", "987654")
+    assert result.returncode == 3
+    assert result.stderr.startswith("error: job 987654 is not known to Slurm")
+    assert "hint:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_pending_job_exits_4_naming_its_state(local_cluster):
+    # GIVEN a job that cannot start for an hour
+    job = subprocess.run(["sbatch", "--parsable", "--begin=now+3600", "--wrap", "true"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        result = run_cli("attach", job)
+        assert result.returncode == 4
+        assert "PENDING" in result.stderr and "hint:" in result.stderr
+    finally:
+        subprocess.run(["scancel", job], check=False)
+
+
+def test_bad_job_id_is_a_usage_error():
+    result = run_cli("attach", "12.batch")
+    assert result.returncode == 2
+    assert "invalid job id" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_gpus_from_the_replayed_nvidia_smi(scenario_run):
+    # GIVEN nvidia-smi on the nodes is the stand-in replaying a real A100 (MIG) XML report
+    run = scenario_run("uneven_inputs")
+    os.environ["SLURMDIAG_FAKE_NVSMI_DIR"] = str(REPO / "tests/fixtures/nvsmi_replay/xml_a100_mig")
+    try:
+        snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0,
+                                       nvidia_smi_path=str(REPO / "tests/tools/nvidia-smi"))
+    finally:
+        del os.environ["SLURMDIAG_FAKE_NVSMI_DIR"]
+    # THEN every node reports that GPU, read through the collector and the parsers
+    for node in snapshot.nodes:
+        assert node.gpus.status == "ok", node.gpus.message
+        assert node.gpus.gpus[0].name == "NVIDIA A100-SXM4-80GB"
+
+
+def test_truth_files_cover_every_launcher():
+    launchers = {load_truth(name)["launcher"] for name in scenario_names()}
+    assert launchers == {"srun", "torchrun", "submitit"}
