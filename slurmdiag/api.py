@@ -55,7 +55,7 @@ def collect_snapshot(
     timeout_s: float = 30.0,
     native: bool = False,
     transport: str = "srun",
-    node_python: str = "python3",
+    node_python: str | None = None,
     pyspy_path: str | None = None,
     nvidia_smi_path: str | None = None,
     flight_recorder: bool = False,
@@ -195,7 +195,7 @@ def attach(job_id: str | int, *, out_dir: str | Path | None = None, write: bool 
     """Attach to a running job and return its analysed Snapshot.
 
     Options: samples=3, interval=1.0, strace_s=2.0, timeout_s=30.0, native=False,
-    transport="srun"|"ssh", node_python="python3", pyspy_path, nvidia_smi_path, ssh_options.
+    transport="srun"|"ssh", node_python (default: this interpreter when the node has it, else python3), pyspy_path, nvidia_smi_path, ssh_options.
     With ``write=True`` (or an ``out_dir``) snapshot.json and report.html are written too.
     """
     return attach_job(

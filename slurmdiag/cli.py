@@ -76,7 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--out", metavar="DIR", help="write snapshot.json and report.html here")
     attach.add_argument("--json", action="store_true", help="print the snapshot JSON on stdout")
     attach.add_argument("--no-report", action="store_true", help="do not write the HTML report")
-    attach.add_argument("--node-python", default="python3", help="python on the nodes")
+    attach.add_argument(
+        "--node-python", default=None,
+        help="python on the nodes (default: this interpreter if the node has it, else python3)",
+    )
     attach.add_argument("--py-spy", dest="pyspy_path", help="py-spy path on the nodes")
     attach.add_argument("--nvidia-smi", dest="nvidia_smi_path", help="nvidia-smi path on the nodes")
     ssh = attach.add_argument_group("ssh transport")

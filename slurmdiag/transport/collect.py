@@ -8,6 +8,7 @@ in which a node that did not answer is a status with a reason, never an exceptio
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -31,7 +32,7 @@ class CollectOptions:
     native: bool = False
     timeout_s: float = 30.0
     concurrency: int = 8
-    node_python: str = "python3"
+    node_python: str | None = None  # None: the controller's interpreter if the node has it
     pyspy_paths: tuple[str, ...] = ()
     strace_paths: tuple[str, ...] = ()
     nvidia_smi_paths: tuple[str, ...] = ()
@@ -93,6 +94,26 @@ def collector_args(job_id: str, options: CollectOptions, node: str | None = None
     return args
 
 
+def preferred_node_python() -> str:
+    """The controller's own base interpreter, resolved (no venv, no pyenv/conda shim).
+
+    On clusters the controller's Python is often on a shared file system; starting it directly
+    avoids a shim (pyenv's python3 is a bash script that runs ~30 programs), a cost paid once
+    per node. The node falls back to python3 on its PATH when the path does not exist there.
+    """
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(base)
+
+
+def node_python_argv(node_python: str | None) -> list[str]:
+    """The start of the node command: python -I -S -c, then the collector source and args."""
+    if node_python:
+        return [node_python, "-I", "-S", "-c"]
+    # $1 is the preferred interpreter; it is dropped from "$@" before exec.
+    script = 'p=$1; shift; [ -x "$p" ] || p=python3; exec "$p" -I -S -c "$@"'
+    return ["/bin/sh", "-c", script, "slurmdiag-collector", preferred_node_python()]
+
+
 def srun_argv(job_id: str, nodes: Sequence[str], options: CollectOptions) -> list[str]:
     """ONE step over every node, one collector task per node, without taking the job's GPUs."""
     return [
@@ -107,10 +128,7 @@ def srun_argv(job_id: str, nodes: Sequence[str], options: CollectOptions) -> lis
         f"--job-name={STEP_NAME}",
         "--kill-on-bad-exit=0",
         "--cpu-bind=none",
-        options.node_python,
-        "-I",
-        "-S",
-        "-c",
+        *node_python_argv(options.node_python),
         collector_source(),
         json.dumps(collector_args(job_id, options)),
     ]

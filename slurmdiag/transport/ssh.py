@@ -24,6 +24,7 @@ from slurmdiag.transport.collect import (
     NodeOutcome,
     collector_args,
     collector_source,
+    preferred_node_python,
 )
 from slurmdiag.transport.framing import decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
@@ -50,8 +51,12 @@ def node_addresses(
 
 def ssh_command(options: CollectOptions, job_id: str, node: str) -> str:
     """The remote command: python reads the collector from stdin (no size limit, no temp file)."""
-    args = json.dumps(collector_args(job_id, options, node=node))
-    return " ".join(shlex.quote(a) for a in (options.node_python, "-I", "-S", "-", args))
+    args = shlex.quote(json.dumps(collector_args(job_id, options, node=node)))
+    if options.node_python:
+        return f"{shlex.quote(options.node_python)} -I -S - {args}"
+    preferred = shlex.quote(preferred_node_python())
+    return f'p={preferred}; [ -x "$p" ] || p=python3; exec "$p" -I -S - {args}'
+
 
 
 def _run_on_node(

@@ -33,7 +33,11 @@ def test_srun_argv_is_one_overlapping_step_without_gpus():
                  "--nodelist=n1,n2,n3", "--kill-on-bad-exit=0"):
         assert flag in argv
     # AND the collector is sent inline (nodes need no install), with the args last
-    assert argv[argv.index("-c") + 1] == collector_source()
+    assert argv[-2] == collector_source()
+    # AND python is started directly (a pyenv/conda shim would cost a shell per node)
+    assert argv[argv.index("--cpu-bind=none") + 1 : argv.index("--cpu-bind=none") + 3] == ["/bin/sh", "-c"]
+    explicit = srun_argv("77", ["n1"], CollectOptions(node_python="/opt/py/bin/python3"))
+    assert explicit[-6:-2] == ["/opt/py/bin/python3", "-I", "-S", "-c"]
     args = json.loads(argv[-1])
     assert args["job_id"] == "77" and args["deadline_s"] < 20
 

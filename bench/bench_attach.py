@@ -1,0 +1,149 @@
+"""Benchmark: attach on a 32-node, 64-rank hung job vs the manual procedure vs this machine's floor.
+
+All figures come from one run, side by side (median of --repeat runs, alternating):
+  floor    `srun --overlap true` over the 32 nodes, plus py-spy dumps of all 64 ranks at full
+           parallelism from the controller (both, back to back)
+  manual   the reference procedure: ONE srun over the nodes, each node dumping its ranks one
+           after another with py-spy (`scontrol listpids | xargs py-spy dump`)
+  attach   slurmdiag's collection with 1 sample and no strace (discovery, fan-out, decode,
+           assembly), through the Python API; and the CLI end to end (interpreter start,
+           analysis, report) for reference
+
+It starts its own 32-node cluster in a separate state directory and ports, so it never restarts
+the test cluster. The hung job is 64 ranks blocked in a pipe read (2 per node): a stand-in for a
+torch job (64 torch ranks would need ~13 GB and minutes to start on 2 cores); py-spy's cost per
+rank does not depend on what the rank is blocked in.
+
+    .venv/bin/python bench/bench_attach.py [--repeat 5] [--keep-cluster]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+NODES = 32
+RANKS_PER_NODE = 2
+HANG_PROGRAM = """
+import os, sys
+def wait_for_data(fd):
+    return os.read(fd, 1)          # blocks forever: nobody writes
+open(os.path.join(sys.argv[1], f"rank{os.environ['SLURM_PROCID']}.pid"), "w").write(str(os.getpid()))
+r, w = os.pipe()
+wait_for_data(r)
+"""
+
+
+def sh(argv, env, timeout=120, check=True):
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--keep-cluster", action="store_true")
+    args = parser.parse_args()
+
+    cluster_dir = Path(os.environ.get("SLURMDIAG_BENCH_CLUSTER_DIR", "/tmp/slurmdiag-bench-cluster"))
+    env = dict(os.environ, SLURMDIAG_CLUSTER_DIR=str(cluster_dir), SLURMDIAG_CTLD_PORT="6917",
+               SLURMDIAG_SLURMD_PORT="18001", SLURM_CONF=str(cluster_dir / "slurm.conf"))
+    for key in [k for k in env if k.startswith("SLURM_") and k != "SLURM_CONF"]:
+        del env[key]
+    cluster = str(REPO / "deploy/local-cluster/cluster")
+    sh([cluster, "up", "--nodes", str(NODES)], env, timeout=300)
+    os.environ.update(SLURM_CONF=env["SLURM_CONF"])
+    work = Path(tempfile.mkdtemp(prefix="slurmdiag-bench-"))
+    (work / "hang.py").write_text(HANG_PROGRAM)
+    py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
+    job = sh(["sbatch", "--parsable", f"-N{NODES}", f"--ntasks-per-node={RANKS_PER_NODE}",
+              "--time=20", f"-o{work}/job.out",
+              f"--wrap=srun {sys.executable} -I -S {work}/hang.py {work}"], env).stdout.strip()
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(work.glob("rank*.pid"))) < NODES * RANKS_PER_NODE:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"ranks not ready: {(work / 'job.out').read_text()[-2000:]}")
+            time.sleep(0.5)
+        time.sleep(1)
+        pids = [int(p.read_text()) for p in work.glob("rank*.pid")]
+        nodes = sh(["scontrol", "show", "hostnames",
+                    sh(["squeue", "-h", "-j", job, "-o", "%N"], env).stdout.strip()], env).stdout.split()
+
+        srun_base = ["srun", f"--jobid={job}", "--overlap", "--gres=gpu:0", f"--nodes={NODES}",
+                     "--ntasks-per-node=1"]
+
+        def floor_srun():
+            sh([*srun_base, "true"], env)
+
+        def floor_pyspy():
+            with ThreadPoolExecutor(max_workers=len(pids)) as pool:
+                list(pool.map(lambda p: sh([py_spy, "dump", "--pid", str(p)], env), pids))
+
+        manual_script = (
+            "scontrol listpids $SLURM_JOB_ID $SLURMD_NODENAME | awk '$3==\"0\"{print $1}' "
+            f"| xargs -I {{}} {py_spy} dump --pid {{}}"
+        )
+
+        def manual():
+            out = sh([*srun_base, "sh", "-c", manual_script], env).stdout
+            assert out.count("wait_for_data") == len(pids), "manual procedure missed ranks"
+
+        from slurmdiag.api import collect_snapshot
+
+        def attach_api():
+            snapshot, _ = collect_snapshot(job, samples=1, strace_s=0)
+            found = [r for _, r in snapshot.all_ranks() if r.samples and r.samples[0].threads]
+            assert len(found) == len(pids), f"attach found {len(found)} of {len(pids)} ranks"
+
+        def attach_cli():
+            sh([sys.executable, "-m", "slurmdiag.cli", "attach", job, "--samples", "1",
+                "--strace", "0", "--out", str(work / "out")], env)
+
+        figures: dict[str, list[float]] = {k: [] for k in
+                                           ("floor: srun true", "floor: py-spy x64 parallel",
+                                            "floor (sum)", "manual procedure",
+                                            "attach (API, 1 sample)", "attach (CLI end to end)")}
+        attach_api()  # warm caches once (imports, first step)
+        for _ in range(args.repeat):
+            a = timed(floor_srun)
+            b = timed(floor_pyspy)
+            figures["floor: srun true"].append(a)
+            figures["floor: py-spy x64 parallel"].append(b)
+            figures["floor (sum)"].append(a + b)
+            figures["manual procedure"].append(timed(manual))
+            figures["attach (API, 1 sample)"].append(timed(attach_api))
+            figures["attach (CLI end to end)"].append(timed(attach_cli))
+        med = {k: statistics.median(v) for k, v in figures.items()}
+        print(f"{NODES} nodes, {len(pids)} ranks, {len(nodes)} nodes in the job, "
+              f"median of {args.repeat} (s):")
+        for key, values in figures.items():
+            print(f"  {key:28s} {med[key]:6.2f}   (min {min(values):.2f}, max {max(values):.2f})")
+        ratio = med["attach (API, 1 sample)"] / med["floor (sum)"]
+        print(f"  attach / floor = {ratio:.2f}   attach / manual = "
+              f"{med['attach (API, 1 sample)'] / med['manual procedure']:.2f}")
+        return 0
+    finally:
+        sh(["scancel", job], env, check=False)
+        if not args.keep_cluster:
+            sh([cluster, "down"], env, check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
