@@ -1185,6 +1185,15 @@ def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
         entry["flight_recorder"] = result
 
 
+def _enter_phase(status, phase):
+    """Record how long the previous phase took (doc["timings"]), then start ``phase``."""
+    now = time.monotonic()
+    timings = status.setdefault("timings", {})
+    if "since" in status:
+        timings[status["phase"]] = round(now - status["since"], 3)
+    status["phase"], status["since"] = phase, now
+
+
 def collect(args, clock, doc, status):
     """Fill ``doc`` in place (so the watchdog can emit a partial one)."""
     errors = doc["errors"]
@@ -1225,7 +1234,7 @@ def collect(args, clock, doc, status):
     side_thread = threading.Thread(target=side_work, daemon=True)
     side_thread.start()
 
-    status["phase"] = "discovery"
+    _enter_phase(status, "discovery")
     procs, method = discover(job_id, node, scontrol, exclude, clock, errors)
     doc["discovery"] = method
     classify(procs)
@@ -1300,7 +1309,7 @@ def collect(args, clock, doc, status):
             fr_requests[entry["pid"]] = fr_request(entry["pid"], rank_envs[entry["pid"]])
 
     # Stack samples: K rounds `interval` apart; workers only in the first round.
-    status["phase"] = "py-spy sampling"
+    _enter_phase(status, "py-spy sampling")
     pyspy = tools["py-spy"]
     if not pyspy and samples and ranks:
         errors.append("py-spy not found: no stacks (install py-spy or pass its path)")
@@ -1340,6 +1349,7 @@ def collect(args, clock, doc, status):
             errors.append("py-spy produced no stack for any rank")
 
     # Process state and CPU over the sampling window.
+    _enter_phase(status, "process state")
     for entry in entries:
         stat = read_stat(entry["pid"])
         begun, ticks, starttime = window_start[entry["pid"]]
@@ -1357,7 +1367,7 @@ def collect(args, clock, doc, status):
         entry["wchan"] = wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
 
     # strace after py-spy: both use ptrace.
-    status["phase"] = "strace"
+    _enter_phase(status, "strace")
     if strace_s > 0 and ranks:
         window = strace_s
         left = clock.left() - 0.6  # attach, SIGINT, table
@@ -1399,7 +1409,7 @@ def collect(args, clock, doc, status):
                 entry["strace"] = result
 
     if args.get("flight_recorder") and ranks:
-        status["phase"] = "flight recorder"
+        _enter_phase(status, "flight recorder")
         fr_collect(
             fr_requests,
             {e["pid"]: e for e in ranks},
@@ -1408,7 +1418,7 @@ def collect(args, clock, doc, status):
             float(args.get("fr_wait_s", 10.0)),
         )
 
-    status["phase"] = "gpu and nic collection"
+    _enter_phase(status, "gpu and nic collection")
     side_thread.join(max(0.0, clock.left()))
     if side_thread.is_alive():
         errors.append("GPU/NIC collection did not finish before the deadline")
@@ -1426,7 +1436,7 @@ def collect(args, clock, doc, status):
         "message": "not collected before the deadline",
     }
 
-    status["phase"] = "sockets"
+    _enter_phase(status, "sockets")
     addr_to_if = {}
     for item in doc["nics"].get("interfaces") or ():
         for cidr in item.get("addresses") or ():
@@ -1439,6 +1449,9 @@ def collect(args, clock, doc, status):
                 entry["errors"].append("cannot read /proc/{}/fd".format(entry["pid"]))
             else:
                 entry["connections"] = found
+
+    _enter_phase(status, "done")
+    doc["timings"] = status["timings"]
 
 
 def main(argv):
@@ -1478,7 +1491,7 @@ def main(argv):
         "nics": None,
     }
     emitter = Emitter(node)
-    status = {"phase": "start"}
+    status = {"phase": "start", "since": time.monotonic()}
 
     def emit_partial(reason, wait):
         def note():
