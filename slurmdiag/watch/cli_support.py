@@ -1,0 +1,180 @@
+"""Subcommands ``slurmdiag watch`` and ``slurmdiag config``, hooked into cli.py's parser.
+
+People read stderr (progress, problems, summaries); stdout carries data only (``--json``).
+Errors are raised as SlurmdiagError and printed by ``cli.main`` with their exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+from slurmdiag.config import (
+    ConfigProblem,
+    check_config,
+    find_config_path,
+    load_settings,
+    parse_duration,
+)
+from slurmdiag.errors import ConfigError, UsageError
+
+WATCH_EPILOG = """\
+exit codes: 0 nothing stuck (or another run holds the lock), 1 stuck jobs found,
+>= 2 the watchdog failed (5 Slurm unavailable, 7 configuration, 10 internal).
+--check-heartbeat: 0 fresh, 1 stale, 2 missing or unreadable.
+Schedule it with cron, scrontab or a systemd timer: see deploy/ and docs/watch.md."""
+
+
+def add_watch_arguments(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``watch`` to the CLI's subparsers; ``args.handler`` runs it."""
+    watch = subparsers.add_parser(
+        "watch",
+        help="find stuck jobs and notify the team chat (one pass, for cron/scrontab)",
+        description="One pass of the stuck-job watchdog: list running jobs, find the stuck\n"
+        "ones, write their reports, post alerts, write the heartbeat file.",
+        epilog=WATCH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    watch.add_argument("--once", action="store_true", help="run one pass and exit")
+    watch.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML config (default: $SLURMDIAG_CONFIG, else /etc/slurmdiag/config.toml)",
+    )
+    watch.add_argument(
+        "--check-heartbeat",
+        metavar="MAXAGE",
+        help="dead-man switch: exit 0 if the last good run is younger than MAXAGE (e.g. 20m)",
+    )
+    watch.add_argument("--report-dir", metavar="DIR", help="overrides watch.report_dir")
+    watch.add_argument("--state-db", metavar="FILE", help="overrides watch.state_db")
+    watch.add_argument("--stale-after", metavar="DURATION", help="overrides watch.stale_after")
+    watch.add_argument("--min-runtime", metavar="DURATION", help="overrides watch.min_runtime")
+    watch.add_argument(
+        "--no-notify", action="store_true", help="find and write reports, but post nothing"
+    )
+    watch.add_argument("--json", action="store_true", help="print the run's result as JSON")
+    watch.set_defaults(handler=run_watch_command)
+    return watch
+
+
+def add_config_arguments(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``config check [FILE]`` and ``config show`` to the CLI's subparsers."""
+    config = subparsers.add_parser("config", help="check or show the watchdog configuration")
+    actions = config.add_subparsers(dest="config_command", metavar="{check,show}")
+    check = actions.add_parser(
+        "check", help="list every unknown key and bad value of a config file (exit 7 if any)"
+    )
+    check.add_argument("file", nargs="?", metavar="FILE", help="the TOML file to check")
+    check.add_argument("--json", action="store_true", help="print the problems as JSON")
+    show = actions.add_parser("show", help="print the effective settings as JSON (secrets hidden)")
+    show.add_argument("--config", metavar="FILE", help="TOML config to read")
+    config.set_defaults(handler=run_config_command)
+    return config
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "watch.report_dir": getattr(args, "report_dir", None),
+        "watch.state_db": getattr(args, "state_db", None),
+        "watch.stale_after": getattr(args, "stale_after", None),
+        "watch.min_runtime": getattr(args, "min_runtime", None),
+    }
+
+
+# Set by Slurm for the job a scrontab pass runs in; srun reads many of them as its own options
+# (SLURM_NTASKS is -n, SLURM_MEM_PER_NODE is --mem), which would steer the attach's
+# `srun --jobid=J` into another job. SLURM_CONF (and the cluster selection) stay.
+_JOB_CONTEXT_VARS = re.compile(r"^(SLURM_(?!CONF$|CLUSTERS$).*|SBATCH_.*|SRUN_.*|SALLOC_.*)$")
+
+
+def scrub_job_environment(environ: MutableMapping[str, str]) -> list[str]:
+    """Inside a Slurm job (scrontab), drop its job-context variables; returns what was removed."""
+    if "SLURM_JOB_ID" not in environ and "SLURM_JOBID" not in environ:
+        return []
+    removed = sorted(name for name in environ if _JOB_CONTEXT_VARS.match(name))
+    for name in removed:
+        del environ[name]
+    return removed
+
+
+def run_watch_command(args: argparse.Namespace) -> int:
+    """``slurmdiag watch --once`` / ``--check-heartbeat MAXAGE``; returns the exit code."""
+    from slurmdiag.watch.watchdog import Watchdog, heartbeat_status
+
+    settings = load_settings(args.config, overrides=_overrides(args))
+    if args.check_heartbeat is not None:
+        try:
+            max_age = parse_duration(args.check_heartbeat)
+        except ValueError as exc:
+            raise UsageError(
+                f"--check-heartbeat: {exc}", hint="e.g. --check-heartbeat 20m"
+            ) from None
+        code, message = heartbeat_status(settings.watch.heartbeat_file, max_age)
+        _err(f"watch: {message}")
+        return code
+    if not args.once:
+        raise UsageError(
+            "watch runs one pass per call: add --once",
+            hint="schedule 'slurmdiag watch --once' with cron, scrontab or a systemd timer "
+            "(deploy/ has recipes)",
+        )
+    scrub_job_environment(os.environ)
+    if args.no_notify:
+        settings = dataclasses.replace(
+            settings, notify=dataclasses.replace(settings.notify, kind=None)
+        )
+    result = Watchdog(settings).run_once()
+    for line in result.summary_lines():
+        _err(line)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
+    return result.exit_code
+
+
+def run_config_command(args: argparse.Namespace) -> int:
+    """``slurmdiag config check [FILE]`` and ``slurmdiag config show``."""
+    if args.config_command == "check":
+        return _config_check(args)
+    if args.config_command == "show":
+        settings = load_settings(args.config)
+        sys.stdout.write(json.dumps(settings.to_dict(), indent=1) + "\n")
+        return 0
+    raise UsageError("say what to do: 'slurmdiag config check FILE' or 'slurmdiag config show'")
+
+
+def format_problems(problems: list[ConfigProblem], source: str) -> list[str]:
+    return [f"{source}: {p.severity}: {p}" for p in problems]
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    path = find_config_path(args.file)
+    source = str(path) if path else "(built-in defaults)"
+    problems = check_config(args.file)
+    if args.json:
+        data = [dataclasses.asdict(p) for p in problems]
+        sys.stdout.write(json.dumps({"file": source, "problems": data}, indent=1) + "\n")
+    for line in format_problems(problems, source):
+        _err(line)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        _err(f"{source}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s)")
+        return ConfigError.exit_code
+    if path is None:
+        _err(
+            "no config file given or found ($SLURMDIAG_CONFIG, /etc/slurmdiag/config.toml); "
+            "the built-in defaults are valid"
+        )
+    else:
+        _err(f"{source}: OK" + (f" ({len(problems)} warning(s))" if problems else ""))
+    return 0
