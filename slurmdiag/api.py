@@ -154,7 +154,9 @@ def default_out_dir(job_id: str) -> Path:
     return Path.cwd() / f"slurmdiag-{job_id}-{stamp}"
 
 
-def write_outputs(snapshot: Snapshot, out_dir: Path, *, report: bool = True) -> Snapshot:
+def write_outputs(
+    snapshot: Snapshot, out_dir: Path, *, report: bool = True, mode: int = 0o640
+) -> Snapshot:
     """Write snapshot.json (and report.html) into out_dir; returns the snapshot with its report."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -166,9 +168,13 @@ def write_outputs(snapshot: Snapshot, out_dir: Path, *, report: bool = True) -> 
     if report:
         report_path = out_dir / "report.html"
         snapshot = dataclasses.replace(snapshot, report=str(report_path))
-        write_report_file(snapshot, report_path)
+        write_report_file(snapshot, report_path, mode=mode)
+    # Same mode as the report: a snapshot holds the same stacks and paths.
     tmp = out_dir / ".snapshot.json.tmp"
-    tmp.write_text(snapshot.to_json(indent=1))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(snapshot.to_json(indent=1))
+    os.chmod(tmp, mode)
     os.replace(tmp, out_dir / "snapshot.json")
     return snapshot
 

@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -189,6 +189,20 @@ def outcomes_from_output(
     return out
 
 
+# Variables that would steer `srun --jobid` when slurmdiag itself runs inside an allocation
+# (an salloc shell, a scrontab job): the step must take its shape from our flags only.
+_KEEP_SLURM_VARS = {"SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT"}
+
+
+def srun_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The controller's environment without the job-shaping SLURM_* variables."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if not (key.startswith(("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")) and key not in _KEEP_SLURM_VARS)
+    }
+
+
 def cancel_leftover_steps(
     job_id: str, runner: Callable[..., CommandResult] = run_command
 ) -> list[str]:
@@ -219,14 +233,22 @@ def fan_out_srun(
         if progress is None or not line.startswith("@SDG1 "):
             return
         parts = line.split(" ", 5)
-        if len(parts) >= 5 and parts[2].isdigit() and parts[3].isdigit():
-            if int(parts[2]) == int(parts[3]) - 1 and parts[1] not in answered:
-                answered.add(parts[1])
-                progress(len(answered), len(nodes))
+        last_chunk = (
+            len(parts) >= 5
+            and parts[2].isdigit()
+            and parts[3].isdigit()
+            and int(parts[2]) == int(parts[3]) - 1
+        )
+        if last_chunk and parts[1] not in answered:
+            answered.add(parts[1])
+            progress(len(answered), len(nodes))
 
     start = time.monotonic()
     result = runner(
-        srun_argv(job_id, nodes, options), options.timeout_s, on_stdout_line=on_line
+        srun_argv(job_id, nodes, options),
+        options.timeout_s,
+        env=srun_environment(os.environ),
+        on_stdout_line=on_line,
     )
     out = outcomes_from_output(nodes, result, "srun")
     if result.timed_out:

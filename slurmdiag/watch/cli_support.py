@@ -9,10 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import re
 import sys
-from collections.abc import MutableMapping
 from typing import Any
 
 from slurmdiag.config import (
@@ -92,22 +89,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-# Set by Slurm for the job a scrontab pass runs in; srun reads many of them as its own options
-# (SLURM_NTASKS is -n, SLURM_MEM_PER_NODE is --mem), which would steer the attach's
-# `srun --jobid=J` into another job. SLURM_CONF (and the cluster selection) stay.
-_JOB_CONTEXT_VARS = re.compile(r"^(SLURM_(?!CONF$|CLUSTERS$).*|SBATCH_.*|SRUN_.*|SALLOC_.*)$")
-
-
-def scrub_job_environment(environ: MutableMapping[str, str]) -> list[str]:
-    """Inside a Slurm job (scrontab), drop its job-context variables; returns what was removed."""
-    if "SLURM_JOB_ID" not in environ and "SLURM_JOBID" not in environ:
-        return []
-    removed = sorted(name for name in environ if _JOB_CONTEXT_VARS.match(name))
-    for name in removed:
-        del environ[name]
-    return removed
-
-
 def run_watch_command(args: argparse.Namespace) -> int:
     """``slurmdiag watch --once`` / ``--check-heartbeat MAXAGE``; returns the exit code."""
     from slurmdiag.watch.watchdog import Watchdog, heartbeat_status
@@ -129,7 +110,6 @@ def run_watch_command(args: argparse.Namespace) -> int:
             hint="schedule 'slurmdiag watch --once' with cron, scrontab or a systemd timer "
             "(deploy/ has recipes)",
         )
-    scrub_job_environment(os.environ)
     if args.no_notify:
         settings = dataclasses.replace(
             settings, notify=dataclasses.replace(settings.notify, kind=None)

@@ -150,3 +150,14 @@ def test_pickled_dump_with_code_is_refused():
     assert section["dumps"] == {}
     assert section["missing_ranks"] == [3]
     assert "refusing" in section["errors"][0]
+
+
+def test_srun_environment_drops_the_callers_job_context():
+    # GIVEN slurmdiag runs inside a job (a scrontab watchdog pass, an salloc shell)
+    from slurmdiag.transport.collect import srun_environment
+
+    env = {"SLURM_JOB_ID": "9", "SLURM_NTASKS": "1", "SLURM_MEM_PER_NODE": "1024",
+           "SBATCH_PARTITION": "service", "SRUN_CPUS_PER_TASK": "4",
+           "SLURM_CONF": "/etc/slurm/slurm.conf", "PATH": "/usr/bin"}
+    # THEN the step into the attached job gets none of the variables srun reads as options
+    assert srun_environment(env) == {"SLURM_CONF": "/etc/slurm/slurm.conf", "PATH": "/usr/bin"}

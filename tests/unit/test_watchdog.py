@@ -793,21 +793,3 @@ def _bounded(request: pytest.FixtureRequest) -> Iterator[None]:
     started = time.monotonic()
     yield
     assert time.monotonic() - started < 30, f"{request.node.name} took too long"
-
-
-def test_scrontab_job_context_is_scrubbed_before_attaching() -> None:
-    from slurmdiag.watch.cli_support import scrub_job_environment
-
-    env = {
-        "SLURM_JOB_ID": "9",
-        "SLURM_NTASKS": "1",
-        "SLURM_MEM_PER_NODE": "1024",
-        "SBATCH_PARTITION": "service",
-        "SLURM_CONF": "/etc/slurm/slurm.conf",
-        "PATH": "/usr/bin",
-    }
-    removed = scrub_job_environment(env)
-    assert env == {"SLURM_CONF": "/etc/slurm/slurm.conf", "PATH": "/usr/bin"}
-    assert "SLURM_NTASKS" in removed
-    outside = {"SLURM_CONF": "x", "SLURM_TIME_FORMAT": "standard"}
-    assert scrub_job_environment(outside) == [] and len(outside) == 2
