@@ -6,7 +6,7 @@ from typing import Any
 
 from slurmdiag._version import __version__
 
-__all__ = ["__version__", "attach", "Snapshot"]
+__all__ = ["Snapshot", "__version__", "attach"]
 
 
 def __getattr__(name: str) -> Any:

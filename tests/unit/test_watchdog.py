@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from snapfactory import collective, in_user, job
-from test_notify import WebhookServer, closed_port_url
+from support.webhook import WebhookServer, closed_port_url
 
 from slurmdiag.analysis import analyze
 from slurmdiag.cli import main
