@@ -7,9 +7,12 @@ local_cluster   the local Slurm cluster (deploy/local-cluster/cluster), started 
 scenario_run    session cache of scenario jobs (tests/scenarios/<name>.json):
                     run = scenario_run("rank_gated_collective")  # submitted once, waited ready
                     run.pid(rank), run.truth, run.job_id, run.state_dir, run.output()
-                scenario_run.start("a", "b", ...) submits without waiting, so that several
-                jobs start together (each needs 10-20 s to import torch on 2 cores). All jobs
-                are cancelled at the end of the session.
+                A job needs 10-20 s alone to import torch and reach its hang on 2 cores, so
+                jobs should start together: at its first use the fixture submits every
+                scenario that a selected test names, by `@pytest.mark.scenario("a", "b")` or
+                by a parameter called `scenario`. scenario_run.start("a", ...) submits more
+                without waiting (no names: every scenario). All jobs are cancelled at the
+                end of the session.
 py_spy          path of the py-spy binary (the venv's first).
 
 Before any test that is marked `cluster` or uses `py_spy` runs, the session stops with a
@@ -39,6 +42,14 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 from scenarios.launch import ScenarioError, ScenarioRun, scenario_names, submit
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "scenario(*names): scenario jobs the test uses; scenario_run starts them all together",
+    )
+
 
 # ---------------------------------------------------------------- py-spy and ptrace
 
@@ -157,7 +168,7 @@ class ScenarioJobs:
         self._ready: set[str] = set()
 
     def start(self, *names: str) -> None:
-        """Submit the named scenarios (all when none are named) that are not running yet."""
+        """Submit the named scenarios (all when none are named) not running yet; no waiting."""
         for name in names or tuple(scenario_names()):
             if name in self._runs or name in self._failures:
                 continue
@@ -189,9 +200,26 @@ class ScenarioJobs:
             run.cancel()
 
 
+def scenarios_wanted(items: list[pytest.Item]) -> list[str]:
+    """Scenario names the given tests use (marker `scenario` or a parameter `scenario`)."""
+    names: list[str] = []
+    for item in items:
+        for mark in item.iter_markers("scenario"):
+            names.extend(mark.args)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "scenario" in callspec.params:
+            names.append(callspec.params["scenario"])
+    return list(dict.fromkeys(names))
+
+
 @pytest.fixture(scope="session")
-def scenario_run(local_cluster: dict[str, str],
+def scenario_run(request: pytest.FixtureRequest, local_cluster: dict[str, str],
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScenarioJobs]:
     jobs = ScenarioJobs(tmp_path_factory.mktemp("scenarios"))
-    yield jobs
-    jobs.cancel_all()
+    try:
+        wanted = scenarios_wanted(request.session.items)
+        if wanted:
+            jobs.start(*wanted)
+        yield jobs
+    finally:
+        jobs.cancel_all()

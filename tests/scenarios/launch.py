@@ -1,0 +1,311 @@
+"""Submit a scenario job to Slurm and wait until every rank has reached its hang.
+
+    run = submit("rank_gated_collective", state_dir)   # sbatch (or submitit), returns at once
+    ranks = run.wait_ready(timeout=60)                  # {rank: {"pid": ..., "role": ...}}
+    ...
+    run.cancel()
+
+From a shell (the local cluster's SLURM_CONF exported):
+
+    python tests/scenarios/launch.py rank_gated_collective /tmp/state   # prints the job id
+
+The ground truth of each scenario is tests/scenarios/<name>.json; its "launcher" decides
+how the ranks start: `srun python` (rank = SLURM_PROCID), `torchrun` under srun (one agent
+per node, workers carry RANK), or submitit (which writes its own sbatch script and srun
+line). Stdlib only, except that the submitit launcher imports submitit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCENARIO_DIR = Path(__file__).resolve().parent
+REPO_ROOT = SCENARIO_DIR.parents[1]
+#: sbatch --time: the safety net that ends every scenario job, hung or not.
+TIME_LIMIT_MINUTES = 30
+#: Ranks run at a lower priority so a spinning rank does not starve the test itself.
+NICENESS = 5
+LAUNCHERS = ("srun", "torchrun", "submitit")
+#: Variables of the submitting shell that would confuse the ranks or sbatch itself.
+_INHERITED_VARS_TO_DROP = re.compile(
+    r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"
+    r"|TORCHELASTIC_.*|SUBMITIT_.*|SLURM_(?!CONF$).*)$"
+)
+_ALIVE_JOB_STATES = {"PENDING", "CONFIGURING", "RUNNING", "REQUEUED", "RESIZING"}
+#: A rank writes its file a moment before it blocks; give the last one time to get there.
+_READY_GRACE_SECONDS = 0.3
+
+
+class ScenarioError(RuntimeError):
+    """A scenario job could not be submitted or did not reach its hang."""
+
+
+def scenario_names() -> list[str]:
+    """Every scenario with a ground truth file, sorted."""
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))
+
+
+def load_truth(name: str) -> dict[str, Any]:
+    path = SCENARIO_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ScenarioError(f"no scenario {name!r}: {path} missing (have {scenario_names()})")
+    return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------- build (pure)
+
+def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
+    """The sbatch script for an srun or torchrun scenario."""
+    program = REPO_ROOT / truth["program"]
+    lines = [
+        "#!/bin/bash",
+        f"# Scenario {truth['name']} ({truth['launcher']}), written by tests/scenarios/launch.py",
+        "set -u",
+        *_environment_lines(state_dir),
+        'echo "scenario ' + truth["name"] + ': job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
+    ]
+    nodes, per_node = truth["nodes"], truth["ntasks_per_node"]
+    if truth["launcher"] == "srun":
+        # -K0: when one task exits non-zero the others keep running (and keep hanging);
+        # the cluster's KillOnBadExit would otherwise decide.
+        argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks-per-node={per_node}",
+                "nice", "-n", str(NICENESS), python, "-u", str(program)]
+        lines.append(shlex.join(argv))
+    elif truth["launcher"] == "torchrun":
+        torchrun = str(Path(python).parent / "torchrun")
+        # One torchrun agent per node; the agent on the job's first node hosts the c10d
+        # rendezvous store. Address and port come from the same code the ranks use.
+        lines.append(
+            "read -r RDZV_ADDR RDZV_PORT < <(" + shlex.quote(python) + " -c "
+            + shlex.quote("import _harness as h; "
+                          "print(h.master_address(), h.derived_ports(h.job_id())[1])")
+            + ")"
+        )
+        agent = (
+            'exec nice -n ' + str(NICENESS) + ' "$0" --nnodes=' + str(nodes)
+            + ' --nproc-per-node=' + str(per_node)
+            + ' --rdzv-backend=c10d --rdzv-endpoint="$1" --rdzv-id="$SLURM_JOB_ID"'
+            + ' --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) --max-restarts=0 "$2"'
+        )
+        argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                "bash", "-c", agent,
+                torchrun]
+        lines.append(shlex.join(argv) + ' "$RDZV_ADDR:$RDZV_PORT" ' + shlex.quote(str(program)))
+    else:
+        raise ScenarioError(f"{truth['name']}: launcher {truth['launcher']!r} has no batch script")
+    return "\n".join(lines) + "\n"
+
+
+def sbatch_argv(truth: Mapping[str, Any], state_dir: Path, script: Path) -> list[str]:
+    return [
+        "sbatch", "--parsable",
+        f"--job-name=slurmdiag-{truth['name']}",
+        f"--nodes={truth['nodes']}",
+        f"--ntasks-per-node={truth['ntasks_per_node']}",
+        f"--time={TIME_LIMIT_MINUTES}",
+        f"--output={state_dir}/job-%j.out",
+        f"--chdir={REPO_ROOT}",
+        str(script),
+    ]
+
+
+def _environment_lines(state_dir: Path) -> list[str]:
+    return [
+        "unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT",
+        "export OMP_NUM_THREADS=1",
+        "export PYTHONUNBUFFERED=1",
+        f"export SLURMDIAG_SCENARIO_DIR={shlex.quote(str(state_dir))}",
+        # The scenario programs import _harness and _training from their own directory;
+        # under submitit they run via runpy, which does not put that directory on sys.path.
+        f"export PYTHONPATH={shlex.quote(str(SCENARIO_DIR))}${{PYTHONPATH:+:$PYTHONPATH}}",
+    ]
+
+
+def submission_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not _INHERITED_VARS_TO_DROP.match(k)}
+    env.update(extra or {})
+    return env
+
+
+# ---------------------------------------------------------------- run
+
+def _run(argv: list[str], *, timeout: float = 30, env: Mapping[str, str] | None = None,
+         ) -> subprocess.CompletedProcess[str]:
+    """The one place this module starts a command."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                          env=dict(env) if env is not None else None, check=False)
+
+
+def submit(name: str, state_dir: Path | str, *, env: Mapping[str, str] | None = None,
+           python: str | None = None) -> ScenarioRun:
+    """Submit scenario `name`; its rank files and output go to state_dir. Returns at once."""
+    truth = load_truth(name)
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    python = python or sys.executable
+    if truth["launcher"] == "submitit":
+        job_id = _submit_with_submitit(truth, state_dir, python, env or {})
+    else:
+        script = state_dir / "job.sbatch"
+        script.write_text(batch_script(truth, state_dir, python))
+        argv = sbatch_argv(truth, state_dir, script)
+        done = _run(argv, env=submission_environment(env))
+        if done.returncode != 0:
+            raise ScenarioError(f"{name}: {shlex.join(argv)} failed: {done.stderr.strip()}")
+        job_id = done.stdout.strip().split(";")[0]
+    (state_dir / "job_id").write_text(job_id + "\n")
+    return ScenarioRun(name=name, job_id=job_id, truth=truth, state_dir=state_dir)
+
+
+def _submit_with_submitit(truth: Mapping[str, Any], state_dir: Path, python: str,
+                          env: Mapping[str, str]) -> str:
+    import runpy
+
+    import submitit
+
+    setup = _environment_lines(state_dir)
+    setup += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    executor = submitit.AutoExecutor(
+        folder=state_dir / "submitit", cluster="slurm",
+        slurm_python=f"nice -n {NICENESS} {shlex.quote(python)}",
+    )
+    executor.update_parameters(
+        name=f"slurmdiag-{truth['name']}",
+        nodes=truth["nodes"],
+        tasks_per_node=truth["ntasks_per_node"],
+        timeout_min=TIME_LIMIT_MINUTES,
+        slurm_setup=setup,
+        slurm_srun_args=["-K0"],
+    )
+    # runpy is pickled by reference, so the workers need nothing but the program's path;
+    # the program's frames then carry its real file name, as with srun.
+    job = executor.submit(runpy.run_path, str(REPO_ROOT / truth["program"]), run_name="__main__")
+    return str(job.job_id)
+
+
+# ---------------------------------------------------------------- a submitted job
+
+@dataclass
+class ScenarioRun:
+    """One submitted scenario job."""
+
+    name: str
+    job_id: str
+    truth: dict[str, Any]
+    state_dir: Path
+    ready: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def rank_records(self) -> dict[int, dict[str, Any]]:
+        """The rank<R>.json files written so far."""
+        records = {}
+        for path in self.state_dir.glob("rank*.json"):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # replaced atomically, so only a vanished file lands here
+            records[int(record["rank"])] = record
+        return records
+
+    def wait_ready(self, timeout: float = 60.0) -> dict[int, dict[str, Any]]:
+        """Wait until every rank reported and the dead ones are gone; raise with the log tail."""
+        deadline = time.monotonic() + timeout
+        world_size = int(self.truth["world_size"])
+        while True:
+            records = self.rank_records()
+            if len(records) == world_size and not any(
+                _process_alive(r) for r in records.values() if r.get("role") == "dead"
+            ):
+                time.sleep(_READY_GRACE_SECONDS)
+                self.ready = records
+                return records
+            state = self.job_state()
+            if state is not None and state not in _ALIVE_JOB_STATES:
+                raise ScenarioError(
+                    f"scenario {self.name}: job {self.job_id} is {state} before all ranks "
+                    f"were ready ({sorted(records)} of {world_size} reported)\n"
+                    + self.output_tail()
+                )
+            if time.monotonic() > deadline:
+                raise ScenarioError(
+                    f"scenario {self.name}: job {self.job_id} ({state}) not ready after "
+                    f"{timeout:.0f} s ({sorted(records)} of {world_size} ranks reported)\n"
+                    + self.output_tail()
+                )
+            time.sleep(0.5)
+
+    def pid(self, rank: int) -> int:
+        records = self.ready or self.rank_records()
+        return int(records[rank]["pid"])
+
+    def job_state(self) -> str | None:
+        """JobState from scontrol, or None when Slurm does not know the job (any more)."""
+        try:
+            done = _run(["scontrol", "show", "job", "-o", self.job_id], timeout=20)
+        except subprocess.TimeoutExpired:
+            return None
+        found = re.search(r"\bJobState=(\S+)", done.stdout)
+        return found.group(1) if found else None
+
+    def output_files(self) -> list[Path]:
+        files = sorted(self.state_dir.glob("job-*.out"))
+        files += sorted((self.state_dir / "submitit").glob("*_log.*"))
+        return files
+
+    def output(self) -> str:
+        return "".join(f"==> {p.name} <==\n{p.read_text(errors='replace')}"
+                       for p in self.output_files())
+
+    def output_tail(self, lines: int = 40) -> str:
+        tail = self.output().splitlines()[-lines:]
+        return "\n".join(tail) if tail else f"(no job output in {self.state_dir})"
+
+    def cancel(self) -> None:
+        _run(["scancel", self.job_id], timeout=30)
+
+
+def _process_alive(record: Mapping[str, Any]) -> bool:
+    """Whether a rank's process still runs; only knowable on this host."""
+    if record.get("host") != socket.gethostname():
+        return False
+    try:
+        stat = Path(f"/proc/{int(record['pid'])}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", choices=scenario_names())
+    parser.add_argument("state_dir", type=Path)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra environment for the ranks (repeatable)")
+    args = parser.parse_args(argv)
+    run = submit(args.name, args.state_dir, env=dict(e.split("=", 1) for e in args.env))
+    print(run.job_id, flush=True)
+    try:
+        for rank, record in sorted(run.wait_ready(args.timeout).items()):
+            print(f"rank {rank}: pid {record['pid']} on {record.get('node')}: "
+                  f"{record['role']}: {record['phase']}", file=sys.stderr)
+    except ScenarioError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

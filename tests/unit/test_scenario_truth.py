@@ -1,0 +1,171 @@
+"""The scenarios' ground truth matches their source, and the launch scripts are built right."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from scenarios import _harness as harness
+from scenarios.launch import (
+    LAUNCHERS,
+    REPO_ROOT,
+    SCENARIO_DIR,
+    TIME_LIMIT_MINUTES,
+    batch_script,
+    load_truth,
+    sbatch_argv,
+    scenario_names,
+)
+
+KINDS = {"mismatched_collective", "straggler", "spinning", "missing_rank", "all_waiting",
+         "progressing"}
+REQUIRED = {
+    "name": str, "program": str, "launcher": str, "nodes": int, "ntasks_per_node": int,
+    "world_size": int, "culprit_ranks": list, "culprit_site": (str, type(None)),
+    "culprit_function": (str, type(None)), "culprit_evidence": (str, type(None)),
+    "expected_kind": str, "waiting_ranks": list, "waiting_ranks_site": (str, type(None)),
+    "notes": str,
+}
+NAMES = scenario_names()
+
+
+def source_line(site: str) -> str:
+    path, line = site.rsplit(":", 1)
+    return (REPO_ROOT / path).read_text().splitlines()[int(line) - 1]
+
+
+def test_the_scenarios_exist():
+    assert {"rank_gated_collective", "uneven_inputs", "blocked_outside_collective",
+            "spinning_rank", "mismatched_collectives", "dead_rank", "healthy_slow"} <= set(NAMES)
+    assert {load_truth(n)["launcher"] for n in NAMES} == set(LAUNCHERS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_truth_is_well_formed(name):
+    truth = load_truth(name)
+    for key, kind in REQUIRED.items():
+        assert isinstance(truth.get(key), kind), f"{name}: {key} = {truth.get(key)!r}"
+    assert truth["name"] == name
+    assert (REPO_ROOT / truth["program"]).is_file()
+    assert truth["launcher"] in LAUNCHERS
+    assert truth["expected_kind"] in KINDS
+    assert truth["world_size"] == truth["nodes"] * truth["ntasks_per_node"]
+    ranks = set(range(truth["world_size"]))
+    culprits, waiting = set(truth["culprit_ranks"]), set(truth["waiting_ranks"])
+    assert culprits <= ranks and waiting <= ranks and not culprits & waiting
+    if truth["expected_kind"] == "progressing":
+        assert not culprits and not waiting and truth["progress_pattern"]
+    else:
+        assert culprits and culprits | waiting == ranks
+        assert (truth["culprit_site"] is None) != (truth["culprit_function"] is None)
+        assert truth["culprit_evidence"] in {"stack", "log"}
+        assert truth["waiting_ranks_site"]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if load_truth(n)["culprit_site"]])
+def test_culprit_site_line_carries_the_marker(name):
+    # GIVEN the ground truth's culprit_site THEN that source line is marked, so drift shows
+    site = load_truth(name)["culprit_site"]
+    assert source_line(site).rstrip().endswith("# CULPRIT"), f"{site}: {source_line(site)!r}"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if load_truth(n)["culprit_function"]])
+def test_culprit_function_is_defined_on_a_marked_line(name):
+    path, function = load_truth(name)["culprit_function"].rsplit(":", 1)
+    lines = (REPO_ROOT / path).read_text().splitlines()
+    definitions = [line for line in lines if re.match(rf"\s*def {function}\(", line)]
+    assert len(definitions) == 1 and "# CULPRIT" in definitions[0], definitions
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if load_truth(n)["waiting_ranks_site"]])
+def test_waiting_site_line_carries_the_marker(name):
+    site = load_truth(name)["waiting_ranks_site"]
+    assert source_line(site).rstrip().endswith("# WAITING"), f"{site}: {source_line(site)!r}"
+
+
+def test_every_marker_is_claimed_by_a_truth_file():
+    # GIVEN all marked lines in the scenario sources
+    marked = set()
+    for source in SCENARIO_DIR.glob("*.py"):
+        for number, line in enumerate(source.read_text().splitlines(), start=1):
+            if "# CULPRIT" in line or "# WAITING" in line:
+                marked.add(f"{source.relative_to(REPO_ROOT).as_posix()}:{number}")
+    # THEN each is some scenario's culprit or waiting site (a stale marker hides drift)
+    claimed = set()
+    for name in NAMES:
+        truth = load_truth(name)
+        claimed |= {truth["culprit_site"], truth["waiting_ranks_site"]}
+        if truth["culprit_function"]:
+            path, function = truth["culprit_function"].rsplit(":", 1)
+            lines = (REPO_ROOT / path).read_text().splitlines()
+            claimed |= {f"{path}:{i}" for i, line in enumerate(lines, start=1)
+                        if re.match(rf"\s*def {function}\(", line)}
+    assert marked == claimed - {None}
+
+
+def test_every_program_has_a_truth_file():
+    programs = {p.name for p in SCENARIO_DIR.glob("*.py")
+                if not p.name.startswith("_") and p.name != "launch.py"}
+    assert programs == {Path(load_truth(n)["program"]).name for n in NAMES}
+
+
+# ---------------------------------------------------------------- launch scripts (pure)
+
+def test_srun_batch_script_keeps_survivors_and_limits_time(tmp_path):
+    # GIVEN an srun scenario WHEN its batch script and sbatch line are built
+    truth = load_truth("dead_rank")
+    script = batch_script(truth, tmp_path, "/venv/bin/python")
+    argv = sbatch_argv(truth, tmp_path, tmp_path / "job.sbatch")
+    # THEN srun does not kill the step when a task exits non-zero, and the job ends by itself
+    assert "srun -K0 --nodes=2 --ntasks-per-node=2 nice -n 5 /venv/bin/python -u " in script
+    assert str(REPO_ROOT / "tests/scenarios/dead_rank.py") in script
+    assert f"export SLURMDIAG_SCENARIO_DIR={tmp_path}" in script
+    assert f"--time={TIME_LIMIT_MINUTES}" in argv and TIME_LIMIT_MINUTES <= 30
+    assert f"--output={tmp_path}/job-%j.out" in argv and "--parsable" in argv
+
+
+def test_torchrun_batch_script_starts_one_agent_per_node(tmp_path):
+    truth = load_truth("rank_gated_collective_torchrun")
+    script = batch_script(truth, tmp_path, "/venv/bin/python")
+    assert "srun -K0 --nodes=2 --ntasks=2 --ntasks-per-node=1 bash -c" in script
+    assert "--nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d" in script
+    assert "/venv/bin/torchrun" in script
+
+
+# ---------------------------------------------------------------- the ranks' harness (pure)
+
+@pytest.mark.parametrize(("nodelist", "first"), [
+    ("node[001-004]", "node001"),
+    ("node[003,005-007],gpu1", "node003"),
+    ("gpu7,gpu8", "gpu7"),
+    ("r[2-3]n[1-2]", "r2n1"),
+    ("login", "login"),
+])
+def test_first_hostname(nodelist, first):
+    assert harness.first_hostname(nodelist) == first
+
+
+def test_rank_comes_from_torchrun_before_slurm():
+    env = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "7",
+           "SLURM_PROCID": "1", "SLURM_NTASKS": "2"}
+    info = harness.rank_info(env)
+    assert (info.rank, info.world_size, info.local_rank, info.launcher) == (5, 8, 1, "torchrun")
+
+
+def test_rank_comes_from_slurm_under_srun():
+    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1"}
+    info = harness.rank_info(env)
+    assert (info.rank, info.world_size, info.local_rank, info.node_rank) == (3, 4, 1, 1)
+    assert info.launcher == "srun"
+
+
+def test_ports_differ_between_jobs_and_stay_out_of_the_ephemeral_range():
+    ports = {harness.derived_ports(job)[i] for job in range(1000, 1100) for i in (0, 1)}
+    assert len(ports) == 200
+    assert all(20000 <= p < 30000 for p in ports)
+
+
+def test_master_address_prefers_the_environment():
+    assert harness.master_address({"MASTER_ADDR": "10.1.2.3"}) == "10.1.2.3"
+    assert harness.master_address({}) == "127.0.0.1"
