@@ -32,6 +32,8 @@ class StackClass:
     top_frame: Frame | None
     stationary: bool  # same stack in every sample, for every rank of the class
     label: str  # compact rank set, e.g. "0-6,8"
+    site: str | None = None  # file:line of top_user_frame (file:function for a moving class)
+    op: str | None = None  # the collective the class waits in, if any
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class RankView:
     kind: str
     stationary: bool
     class_index: int | None  # index into Analysis.classes
+    site: str | None = None  # file:line (file:function when moving) of the innermost user frame
+    op: str | None = None  # the collective waited in, if any
+    status: str | None = None  # waiting | blocked | busy | moving | dead | unsampled
+    busy_threads: tuple[str, ...] = ()  # other threads seen active in user code
 
 
 @dataclass(frozen=True)
@@ -67,5 +73,8 @@ class Analysis:
     tree: TreeNode | None = None
     ranks: tuple[RankView, ...] = ()
     missing_ranks: tuple[int, ...] = ()
+    unknown_ranks: tuple[int, ...] = ()  # expected on nodes that failed to report
+    world_size: int | None = None
+    samples: int = 0  # most samples any rank yielded
     verdicts: tuple[Verdict, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)

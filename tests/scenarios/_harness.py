@@ -153,6 +153,11 @@ def init_distributed(info: RankInfo) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    if os.environ.get("SLURMDIAG_SCENARIO_FLIGHT_RECORDER") == "1":
+        # What a user adds to a training script to get Flight Recorder dumps on demand.
+        import slurmdiag.torch
+
+        slurmdiag.torch.install()
     os.environ.setdefault("MASTER_ADDR", master_address())
     os.environ.setdefault("MASTER_PORT", str(derived_ports(job_id())[0]))
     dist.init_process_group(

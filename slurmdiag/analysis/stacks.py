@@ -1,0 +1,977 @@
+"""Merge the Python stacks of every rank: frame kinds, equivalence classes, prefix tree.
+
+The LLNL STAT idea for Python. Each rank contributes the main-thread stack of each of its K
+samples. Ranks with identical stacks form an equivalence class (2D view); over the samples a
+rank is *stationary* when its stack is the same in every sample and *moving* otherwise (3D
+view). Moving ranks are grouped by the stack prefix that stayed put plus the function they move
+in, so a rank spinning in a loop is reported by function rather than by a line that changes.
+
+Stacks are compared by ``(file, function, line)`` of every frame. Each distinct stack is
+described once (``StackTable``): a job of 32k ranks mostly holds a handful of distinct stacks,
+so the per-rank cost is one tuple build and one dict lookup per sample.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from slurmdiag.analysis.model import ClassifiedFrame, StackClass, TreeNode
+from slurmdiag.slurm.parse import format_int_ranges
+from slurmdiag.snapshot import Frame, Node, Rank, Sample, Snapshot, ThreadStack
+
+__all__ = [
+    "BLOCKING_KINDS",
+    "RankDigest",
+    "StackInfo",
+    "StackMerge",
+    "StackTable",
+    "classify_frame",
+    "format_int_ranges",
+    "frame_site",
+    "function_site",
+    "is_user_file",
+    "main_thread",
+    "merge_stacks",
+]
+
+# Kinds that decide what a stack is doing, strongest first: a queue wait inside a DataLoader is
+# data loading, a lock taken inside a collective is the collective.
+_DECISIVE = ("collective", "data_loading", "io", "lock", "sleep")
+BLOCKING_KINDS = frozenset({"data_loading", "io", "lock", "sleep"})
+
+# ---------------------------------------------------------------------------------------------
+# user vs library files
+
+# `test` and friends are stdlib names that user scripts also carry (test.py); a relative py-spy
+# path `test.py` is far more often the user's own script.
+_STDLIB = frozenset(sys.stdlib_module_names) - {"test", "this", "antigravity", "__main__"}
+# Third-party top-level packages seen in training stacks. Megatron is absent on purpose: in
+# Megatron-LM and Megatron-DeepSpeed checkouts `megatron/` is the user's own code.
+_LIBRARY_PACKAGES = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "torchdata",
+        "functorch",
+        "triton",
+        "deepspeed",
+        "accelerate",
+        "transformers",
+        "datasets",
+        "tokenizers",
+        "safetensors",
+        "huggingface_hub",
+        "peft",
+        "trl",
+        "timm",
+        "apex",
+        "fairscale",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "lightning_utilities",
+        "torchmetrics",
+        "colossalai",
+        "horovod",
+        "xformers",
+        "flash_attn",
+        "megatron_core",
+        "transformer_engine",
+        "numpy",
+        "scipy",
+        "pandas",
+        "pyarrow",
+        "einops",
+        "tqdm",
+        "wandb",
+        "tensorboard",
+        "tensorboardX",
+        "mlflow",
+        "hydra",
+        "omegaconf",
+        "submitit",
+        "ray",
+        "mpi4py",
+        "zmq",
+        "grpc",
+        "google",
+        "requests",
+        "urllib3",
+        "boto3",
+        "botocore",
+        "s3transfer",
+        "fsspec",
+        "s3fs",
+        "gcsfs",
+        "h5py",
+        "filelock",
+        "psutil",
+        "pydantic",
+        "yaml",
+        "setuptools",
+        "pkg_resources",
+        "importlib_metadata",
+        "_pytest",
+        "pytest",
+        "pluggy",
+        "vllm",
+        "sglang",
+    }
+)
+# In absolute paths outside site-packages (source checkouts, editable installs) only these
+# unmistakable package directories mark a library.
+_LIBRARY_DIRS = frozenset(
+    {
+        "torch",
+        "deepspeed",
+        "accelerate",
+        "transformers",
+        "apex",
+        "fairscale",
+        "lightning",
+        "pytorch_lightning",
+        "triton",
+        "xformers",
+        "transformer_engine",
+    }
+)
+_PY_LIB_RE = re.compile(r"/lib(?:64)?/(?:pypy|python)\d+(?:\.\d+)?[a-z]?/")
+_MARKERS = ("/site-packages/", "/dist-packages/")
+
+
+def _module_path(path: str) -> tuple[str, bool]:
+    """(path relative to the import root, is_user) for a frame's file name."""
+    if not path:
+        return "", False
+    if path.startswith("<"):
+        # <frozen importlib._bootstrap>, <__array_function__ internals>: library; exec'd code
+        # (`python -c`, stdin) is the user's own.
+        return path, path in ("<string>", "<stdin>")
+    p = path.replace("\\", "/")
+    for marker in _MARKERS:
+        at = p.rfind(marker)
+        if at >= 0:
+            return p[at + len(marker) :], False
+    match = _PY_LIB_RE.search(p)
+    if match:
+        return p[match.end() :], False
+    if p.startswith("/"):
+        parts = p.split("/")
+        for i in range(len(parts) - 2, 0, -1):
+            if parts[i] in _LIBRARY_DIRS:
+                return "/".join(parts[i:]), False
+        return p, True
+    # A relative path: py-spy's short file name, relative to the sys.path entry it came from.
+    first = p.split("/", 1)[0]
+    first = first.removesuffix(".py")
+    if first in _STDLIB or first in _LIBRARY_PACKAGES:
+        return p, False
+    return p, True
+
+
+def is_user_file(path: str) -> bool:
+    """True for the job's own code: not site-packages, dist-packages, the stdlib or <frozen>."""
+    return _module_path(path)[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# frame kinds
+
+COLLECTIVE_OPS = frozenset(
+    {
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "_all_gather_base",
+        "all_gather_coalesced",
+        "all_gather_object",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "broadcast",
+        "broadcast_object_list",
+        "send",
+        "recv",
+        "isend",
+        "irecv",
+        "send_object_list",
+        "recv_object_list",
+        "batch_isend_irecv",
+        "all_to_all",
+        "all_to_all_single",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "reduce",
+        "_store_based_barrier",
+        "wait",
+        "wait_tensor",
+        "new_group",
+        "init_process_group",
+        "init_device_mesh",
+    }
+)
+# Waiting for peers while the process group forms: a rank missing at start-up hangs here.
+_RENDEZVOUS_FUNCS = frozenset(
+    {
+        "rendezvous",
+        "_create_c10d_store",
+        "_env_rendezvous_handler",
+        "_tcp_rendezvous_handler",
+        "_rendezvous_helper",
+        "_new_process_group_helper",
+        "_wait_for_workers",
+        "next_rendezvous",
+    }
+)
+_COLLECTIVE_WORDS = (
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "reducescatter",
+    "broadcast",
+    "bcast",
+    "barrier",
+    "all_to_all",
+    "alltoall",
+)
+_ACCELERATE_COLLECTIVES = frozenset(
+    {
+        "wait_for_everyone",
+        "gather",
+        "gather_for_metrics",
+        "reduce",
+        "broadcast",
+        "pad_across_processes",
+        "_gpu_gather",
+        "_cpu_gather",
+        "_tpu_gather",
+        "_gpu_gather_object",
+        "gather_object",
+        "broadcast_object_list",
+        "_gpu_broadcast",
+        "_tpu_broadcast",
+        "main_process_first",
+        "_goes_first",
+        "local_main_process_first",
+    }
+)
+_DDP_COLLECTIVES = frozenset(
+    {
+        "_sync_buffers",
+        "_sync_params",
+        "_distributed_broadcast_coalesced",
+        "_sync_module_buffers",
+        "_default_broadcast_coalesced",
+        "_sync_final_model",
+        "_check_global_requires_backward_grad_sync",
+        "_match_all_reduce_for_bwd_pass",
+        "_match_unused_params_allreduce",
+        "_check_and_sync_module_buffers",
+    }
+)
+_DATALOADER_FUNCS = frozenset(
+    {
+        "__next__",
+        "_next_data",
+        "_get_data",
+        "_try_get_data",
+        "_next_index",
+        "fetch",
+        "_get_iterator",
+        "__iter__",
+        "_reset",
+        "_shutdown_workers",
+        "_worker_loop",
+        "_pin_memory_loop",
+        "_process_data",
+    }
+)
+_IO_FUNCS = frozenset(
+    {
+        "read",
+        "readinto",
+        "readline",
+        "readlines",
+        "read1",
+        "recv",
+        "recv_into",
+        "recvfrom",
+        "recvmsg",
+        "recv_bytes",
+        "_recv_bytes",
+        "_recv",
+        "accept",
+        "connect",
+        "create_connection",
+        "getaddrinfo",
+        "select",
+        "poll",
+        "_poll",
+        "sendall",
+        "send",
+        "_send",
+        "sendmsg",
+        "write",
+        "flush",
+        "communicate",
+        "_communicate",
+        "_wait",
+        "_try_wait",
+        "wait",
+        "do_handshake",
+        "urlopen",
+        "getresponse",
+        "_read_status",
+        "begin",
+        "_safe_read",
+        "makefile",
+        "copyfileobj",
+        "copyfile",
+        "copy",
+        "copy2",
+        "copytree",
+        "rmtree",
+        "save",
+        "load",
+        "_save",
+        "_load",
+        "_open_file",
+        "_open_zipfile_writer",
+        "_run_once",
+    }
+)
+_IO_MODULES = (
+    "socket.py",
+    "ssl.py",
+    "selectors.py",
+    "subprocess.py",
+    "multiprocessing/connection.py",
+    "http/",
+    "urllib/",
+    "asyncio/",
+    "shutil.py",
+    "torch/serialization.py",
+    "requests/",
+    "urllib3/",
+    "botocore/",
+    "boto3/",
+    "s3transfer/",
+    "fsspec/",
+    "s3fs/",
+    "gcsfs/",
+    "h5py/",
+    "huggingface_hub/",
+    "torch/distributed/checkpoint/",
+)
+_LOCK_MODULES = (
+    "threading.py",
+    "multiprocessing/synchronize.py",
+    "concurrent/futures/",
+    "filelock/",
+    "multiprocessing/pool.py",
+    "multiprocessing/managers.py",
+)
+_LOCK_FUNCS = frozenset(
+    {
+        "wait",
+        "acquire",
+        "join",
+        "_wait_for_tstate_lock",
+        "__enter__",
+        "result",
+        "as_completed",
+        "get",
+        "_wait_for_updates",
+        "wait_for",
+    }
+)
+_NATIVE_SLEEP = frozenset({"clock_nanosleep", "nanosleep", "time_sleep", "pysleep", "usleep"})
+_NATIVE_LOCK = frozenset(
+    {
+        "pthread_cond_wait",
+        "pthread_cond_timedwait",
+        "futex_wait",
+        "futex_abstimed_wait",
+        "futex_abstimed_wait_cancelable",
+        "sem_wait",
+        "sem_timedwait",
+        "pthread_mutex_lock",
+        "take_gil",
+        "PyThread_acquire_lock_timed",
+        "acquire_timed",
+        "lock_PyThread_acquire_lock",
+    }
+)
+_NATIVE_IO = frozenset(
+    {
+        "epoll_wait",
+        "epoll_pwait",
+        "poll",
+        "ppoll",
+        "select",
+        "pselect",
+        "recv",
+        "recvfrom",
+        "recvmsg",
+        "read",
+        "pread64",
+        "accept",
+        "accept4",
+        "connect",
+        "waitpid",
+        "wait4",
+    }
+)
+_NATIVE_COLLECTIVE = ("nccl", "gloo::", "c10d::", "ProcessGroupNCCL", "ProcessGroupGloo")
+
+
+@dataclass(frozen=True, slots=True)
+class _FrameTraits:
+    kind: str
+    is_user: bool
+    op: str | None = None  # a collective's name, for naming the collective of a stack
+    torch_op: bool = False  # a torch.distributed API function (the name users know)
+
+
+def _has_collective_word(function: str) -> bool:
+    name = function.lower()
+    return any(word in name for word in _COLLECTIVE_WORDS)
+
+
+def _traits(file: str, function: str, native: bool) -> _FrameTraits:
+    if native:
+        if any(word in function for word in _NATIVE_COLLECTIVE):
+            return _FrameTraits("collective", False, function)
+        # glibc symbols come as __libc_recv, __GI___poll, __futex_abstimed_wait_common64...
+        bare = function.split("(", 1)[0].lstrip("_").removeprefix("GI_").lstrip("_")
+        bare = bare.removeprefix("libc_").removesuffix("64").removesuffix("_common")
+        if bare in _NATIVE_SLEEP:
+            return _FrameTraits("sleep", False)
+        if bare in _NATIVE_LOCK or bare.startswith("futex_"):
+            return _FrameTraits("lock", False)
+        if bare in _NATIVE_IO:
+            return _FrameTraits("io", False)
+        return _FrameTraits("native", False)
+    mod, user = _module_path(file)
+    # py-spy >= 0.4 on Python >= 3.11 prints qualified names: Condition.wait, Queue.get
+    function = function.rsplit(".", 1)[-1] if "." in function else function
+    if mod.startswith("torch/distributed/"):
+        if mod.endswith("c10d_logger.py"):
+            # the @_exception_logger / @_time_logger `wrapper` around every c10d collective
+            return _FrameTraits("collective", False)
+        if function in COLLECTIVE_OPS:
+            return _FrameTraits("collective", False, function, torch_op=True)
+        if function in _RENDEZVOUS_FUNCS or "rendezvous" in mod:
+            return _FrameTraits("collective", False, "rendezvous")
+        if mod.startswith("torch/distributed/checkpoint/"):
+            return _FrameTraits("io", False)
+        if _has_collective_word(function) or (
+            "_functional_collectives" in mod and function.startswith("wait")
+        ):
+            return _FrameTraits("collective", False, function)
+        return _FrameTraits("library", False)
+    if mod in ("torch/autograd/graph.py", "torch/autograd/__init__.py") and function in (
+        "_engine_run_backward",
+        "backward",
+        "grad",
+        "run_backward",
+    ):
+        # A main thread parked in the autograd engine, idle across samples, is DDP's reducer
+        # (or FSDP's/ZeRO's hooks) waiting for the gradient all_reduce of the last bucket.
+        return _FrameTraits("collective", False, "backward")
+    if mod.startswith("torch/nn/parallel/distributed.py") and (
+        function in _DDP_COLLECTIVES or _has_collective_word(function)
+    ):
+        return _FrameTraits("collective", False, function)
+    if mod.startswith("torch/utils/data/"):
+        if function in _DATALOADER_FUNCS:
+            return _FrameTraits("data_loading", False)
+        return _FrameTraits("library", False)
+    if mod.startswith("deepspeed/"):
+        if mod.startswith("deepspeed/comm/"):
+            op = function if function in COLLECTIVE_OPS or _has_collective_word(function) else None
+            return _FrameTraits("collective", False, op)
+        if function in COLLECTIVE_OPS or _has_collective_word(function):
+            return _FrameTraits("collective", False, function)
+        return _FrameTraits("library", False)
+    # Megatron is the user's checkout (absolute path) or megatron-core in site-packages
+    if any(
+        m in mod for m in ("megatron/core/tensor_parallel/mappings.py", "megatron/mpu/mappings.py")
+    ):
+        if not function.startswith("_split"):
+            return _FrameTraits("collective", user, None)
+        return _FrameTraits("user" if user else "library", user)
+    if any(
+        m in mod for m in ("megatron/core/parallel_state.py", "megatron/mpu/initialize.py")
+    ) and (function in COLLECTIVE_OPS or _has_collective_word(function) or "group" in function):
+        return _FrameTraits("collective", user, None)
+    if mod.startswith("accelerate/") and (
+        function in _ACCELERATE_COLLECTIVES or _has_collective_word(function)
+    ):
+        return _FrameTraits("collective", False, function)
+    if mod.startswith(("lightning/", "pytorch_lightning/", "lightning_fabric/", "fairscale/")) and (
+        function in COLLECTIVE_OPS or _has_collective_word(function)
+    ):
+        return _FrameTraits("collective", False, function)
+    if mod in ("queue.py", "multiprocessing/queues.py") and function == "get":
+        return _FrameTraits("data_loading", False)
+    if not user:
+        if mod.startswith(_IO_MODULES) and function in _IO_FUNCS:
+            return _FrameTraits("io", False)
+        if mod.startswith(_LOCK_MODULES) and function in _LOCK_FUNCS:
+            return _FrameTraits("lock", False)
+        if mod == "time.py" and function == "sleep":
+            return _FrameTraits("sleep", False)
+        return _FrameTraits("library", False)
+    return _FrameTraits("user", True)
+
+
+_TRAITS_CACHE: dict[tuple[str, str, bool], _FrameTraits] = {}
+
+
+def _frame_traits(frame: Frame) -> _FrameTraits:
+    key = (frame.file, frame.function, frame.native)
+    traits = _TRAITS_CACHE.get(key)
+    if traits is None:
+        traits = _traits(frame.file or "", frame.function or "", frame.native)
+        if len(_TRAITS_CACHE) < 200_000:
+            _TRAITS_CACHE[key] = traits
+    return traits
+
+
+def classify_frame(frame: Frame) -> ClassifiedFrame:
+    """The kind of one frame (collective, data_loading, io, lock, sleep, user, library, native)."""
+    traits = _frame_traits(frame)
+    return ClassifiedFrame(frame=frame, kind=traits.kind, is_user=traits.is_user)
+
+
+def frame_site(frame: Frame) -> str:
+    """``file:line`` (``file:function`` when the line is unknown)."""
+    if frame.line is None:
+        return f"{frame.file}:{frame.function}"
+    return f"{frame.file}:{frame.line}"
+
+
+def function_site(frame: Frame) -> str:
+    """``file:function``, the site of a rank that moves inside a function."""
+    return f"{frame.file}:{frame.function}"
+
+
+def main_thread(sample: Sample) -> ThreadStack | None:
+    """The thread named MainThread, else the first thread with frames, else the first thread."""
+    threads = sample.threads
+    for thread in threads:
+        if thread.name == "MainThread":
+            return thread
+    for thread in threads:
+        if thread.frames:
+            return thread
+    return threads[0] if threads else None
+
+
+# ---------------------------------------------------------------------------------------------
+# distinct stacks
+
+_FRAME_KEY = attrgetter("file", "function", "line")
+FrameKey = tuple[str, str, "int | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class StackInfo:
+    """What one distinct stack is doing; frames innermost first, as py-spy prints them."""
+
+    frames: tuple[Frame, ...]
+    keys: tuple[FrameKey, ...]
+    classified: tuple[ClassifiedFrame, ...]
+    kind: str
+    op: str | None  # the collective waited in (torch.distributed name when there is one)
+    position: tuple[FrameKey, ...] | None  # frames from the collective outward
+    top_user_frame: Frame | None  # innermost user frame that is not a collective wrapper
+    top_frame: Frame | None
+    site: str | None  # file:line of top_user_frame (of top_frame when no user frame)
+    detail: str  # "all_reduce (torch/distributed/distributed_c10d.py:1316)"
+
+
+def _describe(frames: tuple[Frame, ...], keys: tuple[FrameKey, ...]) -> StackInfo:
+    traits = [_frame_traits(f) for f in frames]
+    classified = tuple(
+        ClassifiedFrame(frame=f, kind=t.kind, is_user=t.is_user)
+        for f, t in zip(frames, traits, strict=True)
+    )
+    # The innermost run: frames below the first user frame that is not a collective wrapper.
+    run_end = len(frames)
+    for i, t in enumerate(traits):
+        if t.is_user and t.kind != "collective":
+            run_end = i
+            break
+    run_kinds = {traits[i].kind for i in range(run_end)}
+    kind = next((k for k in _DECISIVE if k in run_kinds), None)
+    if kind is None:
+        if run_end == 0:
+            kind = "user"
+        elif all(t.kind == "native" for t in traits[:run_end]):
+            kind = "native"
+        else:
+            kind = "library"
+    op: str | None = None
+    position: tuple[FrameKey, ...] | None = None
+    if kind == "collective":
+        first = next(i for i in range(run_end) if traits[i].kind == "collective")
+        last = first
+        while last + 1 < len(frames) and traits[last + 1].kind == "collective":
+            last += 1
+        span = range(first, last + 1)
+        op = next((traits[i].op for i in reversed(span) if traits[i].torch_op), None)
+        if op is None:
+            op = next((traits[i].op for i in reversed(span) if traits[i].op), None)
+        if op is None:
+            op = frames[first].function
+        # the c10d `wrapper` frame is shared by every op: name the op in the position too
+        position = (("<collective>", op, None), *keys[last:])
+    top_user = next(
+        (f for f, t in zip(frames, traits, strict=True) if t.is_user and t.kind != "collective"),
+        None,
+    )
+    top = frames[0] if frames else None
+    site_frame = top_user or top
+    detail = f"{top.function} ({frame_site(top)})" if top is not None else "(empty stack)"
+    return StackInfo(
+        frames=frames,
+        keys=keys,
+        classified=classified,
+        kind=kind,
+        op=op,
+        position=position,
+        top_user_frame=top_user,
+        top_frame=top,
+        site=frame_site(site_frame) if site_frame is not None else None,
+        detail=detail,
+    )
+
+
+class StackTable:
+    """Interns stacks: each distinct stack is classified once and named by a small int."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[FrameKey, ...], int] = {}
+        # Loaders that intern stacks hand the same tuple to many ranks: one id() lookup then.
+        # The tuple is kept with its id so that the id cannot be reused by another object.
+        self._by_identity: dict[int, tuple[tuple[Frame, ...], int]] = {}
+        self.stacks: list[StackInfo] = []
+
+    def add(self, frames: tuple[Frame, ...]) -> int:
+        seen = self._by_identity.get(id(frames))
+        if seen is not None and seen[0] is frames:
+            return seen[1]
+        keys = tuple(map(_FRAME_KEY, frames))
+        sid = self._ids.get(keys)
+        if sid is None:
+            sid = len(self.stacks)
+            self._ids[keys] = sid
+            self.stacks.append(_describe(frames, keys))
+        self._by_identity[id(frames)] = (frames, sid)
+        return sid
+
+    def __getitem__(self, sid: int) -> StackInfo:
+        return self.stacks[sid]
+
+    def __len__(self) -> int:
+        return len(self.stacks)
+
+
+# ---------------------------------------------------------------------------------------------
+# ranks over samples
+
+
+@dataclass(slots=True)
+class RankDigest:
+    """One identified rank: its main-thread stack in each usable sample, and how it moved."""
+
+    rank: int
+    node: str
+    proc: Rank
+    stack_ids: tuple[int, ...]  # one per sample that yielded a main thread with frames
+    sample_errors: int
+    active: bool  # main thread reported active in some sample
+    busy_threads: tuple[str, ...]  # other threads active in user code
+    stationary: bool = True  # same stack in every sample (trivially so with one sample)
+    settled: bool = True  # stationary, or waiting at one collective with the inside moving
+    moving_key: tuple[FrameKey, ...] | None = None  # stable prefix + function, outermost first
+    class_index: int | None = None
+
+    @property
+    def last(self) -> int | None:
+        return self.stack_ids[-1] if self.stack_ids else None
+
+
+@dataclass
+class StackMerge:
+    """Everything derived from the stacks alone, shared by the verdict rules and the report."""
+
+    table: StackTable
+    digests: list[RankDigest]  # identified ranks, sorted by rank
+    unidentified: list[tuple[Node, Rank]]
+    duplicates: list[tuple[Node, Rank]]
+    classes: list[StackClass]
+    class_keys: list[tuple[object, ...]]
+    tree: TreeNode | None
+    max_samples: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _busy_threads(samples: Sequence[Sample], main: ThreadStack | None) -> tuple[str, ...]:
+    """Non-main threads seen active with a user frame on top, as ``name (file:line)``."""
+    found: dict[str, None] = {}
+    for sample in samples:
+        for thread in sample.threads:
+            if not thread.active or not thread.frames or thread.name == "MainThread":
+                continue
+            if main is not None and thread.thread_id == main.thread_id:
+                continue
+            user = next((f for f in thread.frames if _frame_traits(f).is_user), None)
+            if user is None:
+                continue
+            found[f"{thread.name or thread.thread_id} ({frame_site(user)})"] = None
+    return tuple(found)
+
+
+def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
+    stack_ids: list[int] = []
+    errors = 0
+    active = False
+    main: ThreadStack | None = None
+    add = table.add
+    for sample in proc.samples:
+        if sample.error is not None and not sample.threads:
+            errors += 1
+            continue
+        main = main_thread(sample)
+        if main is None or not main.frames:
+            errors += 1
+            continue
+        stack_ids.append(add(main.frames))
+        active = active or main.active
+    multi = any(len(s.threads) > 1 for s in proc.samples)
+    busy = _busy_threads(proc.samples, main) if multi else ()
+    return RankDigest(
+        rank=rank,
+        node=node.name,
+        proc=proc,
+        stack_ids=tuple(stack_ids),
+        sample_errors=errors,
+        active=active,
+        busy_threads=busy,
+    )
+
+
+def _moving_key(table: StackTable, stack_ids: Iterable[int]) -> tuple[FrameKey, ...]:
+    """Common outermost prefix of the stacks, plus (file, function) where they first differ."""
+    stacks = [table[sid].keys[::-1] for sid in dict.fromkeys(stack_ids)]
+    shortest = min(len(s) for s in stacks)
+    depth = 0
+    while depth < shortest and all(s[depth] == stacks[0][depth] for s in stacks):
+        depth += 1
+    key = stacks[0][:depth]
+    if depth < shortest:
+        file, function = stacks[0][depth][0], stacks[0][depth][1]
+        if all(s[depth][0] == file and s[depth][1] == function for s in stacks):
+            key = key + ((file, function, None),)
+    return key
+
+
+def _settle(table: StackTable, digest: RankDigest, memo: dict[tuple[int, ...], tuple]) -> None:
+    distinct = tuple(sorted(set(digest.stack_ids)))
+    if len(distinct) <= 1:
+        return
+    digest.stationary = False
+    cached = memo.get(distinct)
+    if cached is None:
+        infos = [table[sid] for sid in distinct]
+        settled = all(i.position is not None for i in infos) and (
+            len({i.position for i in infos}) == 1
+        )
+        cached = (settled, _moving_key(table, distinct))
+        memo[distinct] = cached
+    digest.settled, digest.moving_key = cached
+
+
+# ---------------------------------------------------------------------------------------------
+# classes and tree
+
+
+def _frame_from_key(key: FrameKey) -> Frame:
+    return Frame(function=key[1], file=key[0], line=key[2])
+
+
+def _build_classes(
+    table: StackTable, digests: list[RankDigest]
+) -> tuple[list[StackClass], list[tuple[object, ...]]]:
+    members: dict[tuple[object, ...], list[int]] = {}
+    sample_of: dict[tuple[object, ...], RankDigest] = {}
+    for d in digests:
+        if d.last is None:
+            continue
+        key: tuple[object, ...]
+        if d.stationary:
+            key = ("stationary", d.last)
+        else:
+            key = ("moving", d.moving_key)
+        members.setdefault(key, []).append(d.rank)
+        sample_of.setdefault(key, d)
+    order = sorted(members, key=lambda k: (-len(members[k]), members[k][0]))
+    classes = []
+    for key in order:
+        ranks = tuple(members[key])
+        rep = sample_of[key]
+        info = table[rep.last] if rep.last is not None else None
+        if key[0] == "stationary" and info is not None:
+            classes.append(
+                StackClass(
+                    ranks=ranks,
+                    frames=info.classified,
+                    kind=info.kind,
+                    top_user_frame=info.top_user_frame,
+                    top_frame=info.top_frame,
+                    stationary=True,
+                    label=format_int_ranges(ranks),
+                    site=info.site,
+                    op=info.op,
+                )
+            )
+            continue
+        frames = tuple(_frame_from_key(k) for k in reversed(rep.moving_key or ()))
+        classified = tuple(classify_frame(f) for f in frames)
+        top_user = next((c.frame for c in classified if c.is_user and c.kind != "collective"), None)
+        site_frame = top_user or (frames[0] if frames else None)
+        classes.append(
+            StackClass(
+                ranks=ranks,
+                frames=classified,
+                kind=info.kind if info is not None else "user",
+                top_user_frame=top_user,
+                top_frame=frames[0] if frames else None,
+                stationary=False,
+                label=format_int_ranges(ranks),
+                site=function_site(site_frame) if site_frame is not None else None,
+                op=info.op if info is not None and rep.settled else None,
+            )
+        )
+    return classes, order
+
+
+class _Trie:
+    __slots__ = ("children", "frame", "is_user", "kind", "ranks")
+
+    def __init__(self, frame: ClassifiedFrame | None) -> None:
+        self.frame = frame
+        self.children: dict[FrameKey, _Trie] = {}
+        self.ranks: set[int] = set()
+
+
+def _freeze(trie: _Trie) -> TreeNode:
+    children = sorted(
+        (_freeze(child) for child in trie.children.values()),
+        key=lambda n: (-len(n.ranks), n.ranks[0] if n.ranks else -1),
+    )
+    cf = trie.frame
+    return TreeNode(
+        frame=cf.frame if cf is not None else None,
+        ranks=tuple(sorted(trie.ranks)),
+        children=tuple(children),
+        is_user=cf.is_user if cf is not None else False,
+        kind=cf.kind if cf is not None else "library",
+    )
+
+
+def _build_tree(table: StackTable, digests: list[RankDigest]) -> TreeNode | None:
+    """STAT's 3D tree: every stack a rank showed in any sample, outermost frame at the root."""
+    ranks_of: dict[int, set[int]] = {}
+    for d in digests:
+        for sid in set(d.stack_ids):
+            ranks_of.setdefault(sid, set()).add(d.rank)
+    if not ranks_of:
+        return None
+    root = _Trie(None)
+    for sid in sorted(ranks_of):
+        ranks = ranks_of[sid]
+        info = table[sid]
+        root.ranks |= ranks
+        node = root
+        for key, cf in zip(reversed(info.keys), reversed(info.classified), strict=True):
+            child = node.children.get(key)
+            if child is None:
+                child = _Trie(cf)
+                node.children[key] = child
+            child.ranks |= ranks
+            node = child
+    return _freeze(root)
+
+
+def merge_stacks(snapshot: Snapshot) -> StackMerge:
+    """Digest every rank's samples, then build the equivalence classes and the prefix tree."""
+    table = StackTable()
+    by_rank: dict[int, RankDigest] = {}
+    unidentified: list[tuple[Node, Rank]] = []
+    duplicates: list[tuple[Node, Rank]] = []
+    max_samples = 0
+    for node in snapshot.nodes:
+        for proc in node.ranks:
+            if proc.rank is None:
+                unidentified.append((node, proc))
+                continue
+            if not proc.samples:
+                digest = RankDigest(proc.rank, node.name, proc, (), 0, False, ())
+            else:
+                digest = _digest(table, node, proc, proc.rank)
+            max_samples = max(max_samples, len(digest.stack_ids))
+            previous = by_rank.get(proc.rank)
+            if previous is None:
+                by_rank[proc.rank] = digest
+            elif not previous.stack_ids and digest.stack_ids:
+                # keep the copy we can read; two processes claiming one rank is worth a note
+                duplicates.append((snapshot_node(snapshot, previous.node), previous.proc))
+                by_rank[proc.rank] = digest
+            else:
+                duplicates.append((node, proc))
+    digests = [by_rank[r] for r in sorted(by_rank)]
+    memo: dict[tuple[int, ...], tuple] = {}
+    for d in digests:
+        if len(d.stack_ids) > 1:
+            _settle(table, d, memo)
+    classes, keys = _build_classes(table, digests)
+    index_of = {key: i for i, key in enumerate(keys)}
+    for d in digests:
+        if d.last is None:
+            continue
+        key = ("stationary", d.last) if d.stationary else ("moving", d.moving_key)
+        d.class_index = index_of[key]
+    return StackMerge(
+        table=table,
+        digests=digests,
+        unidentified=unidentified,
+        duplicates=duplicates,
+        classes=classes,
+        class_keys=keys,
+        tree=_build_tree(table, digests),
+        max_samples=max_samples,
+    )
+
+
+def snapshot_node(snapshot: Snapshot, name: str) -> Node:
+    for node in snapshot.nodes:
+        if node.name == name:
+            return node
+    return Node(name=name, status="ok")

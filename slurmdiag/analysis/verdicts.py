@@ -1,0 +1,975 @@
+"""Turn a snapshot into verdicts: which ranks, which line, what kind of hang, what to do next.
+
+``diagnose(snapshot) -> Analysis`` is a pure function. The rules, in the order they apply:
+
+1. Nothing to look at: no node results (``incomplete``) or no rank process (``no_ranks``).
+2. ``progressing`` (info, and nothing else about a hang) when the stacks prove progress: some
+   rank was seen on both sides of a collective boundary across its samples (in a collective in
+   one sample, elsewhere or in another collective in another — a collective completed or was
+   reached), or more ranks move than stay put, or — when every sample landed in the same phase —
+   strace saw most traced ranks make network send/receive calls (a hung gloo rank makes none,
+   only epoll_wait timeouts). A healthy slow job whose ranks alternate between compute/sleep and
+   all_reduce lands here.
+3. Otherwise each rank gets a status from its main-thread stacks over the samples: *waiting*
+   (settled in a collective), *blocked* (settled outside collectives in data loading, I/O, a
+   lock, sleep, or idle in a C call from user code; or in state D/T), *busy* (in user or
+   library code and active, CPU >= 50 %, or moving), *dead* (zombie) and, from the world size,
+   *missing* (no process although its node reported) or *unknown* (its node failed to report).
+4. The culprits are the ranks that explain why the waiting ones wait, most specific first:
+   ``missing_rank`` (dead or missing), ``straggler`` (blocked), ``spinning`` (busy). If every
+   known rank waits: one collective position -> ``all_waiting`` (the cause is below Python);
+   several -> ``mismatched_collective``, where the minority is the culprit. Ranks py-spy could
+   not read while all others wait in one collective are suspects (``straggler``, warning). When
+   nobody waits in a collective: every rank at one place -> ``idle`` (info, sleeping) or
+   ``all_waiting`` (warning: with NCCL a hung collective shows at the next sync point);
+   otherwise ``straggler`` / ``spinning`` warnings.
+
+Majority logic has no "first rank is right" bias: ranks are grouped by where they wait (op and
+call path), the largest group is the reference, every other group is a culprit. When the largest
+groups tie (2 ranks split 1:1, two nodes split 4:4) the least suspicious of them is the
+reference. Suspicion: +2 when the collective is a barrier or an object collective (the usual
+extra call on a rank-gated logging/eval/checkpoint path, D21/D23), +1 when a user frame on the
+way is named like such a path (save, checkpoint, eval, log, print, metric, ...), +1 when the
+group holds global rank 0 (``if rank == 0:`` is the classic gate), -1 when the collective is
+issued by the training machinery (DDP, FSDP, DeepSpeed engine, autograd, optimizer): that is the
+loop's usual site. If the least suspicious group is not unique, every tied group is named and
+the summary says it could not tell which side diverged.
+
+With a single sample per rank a hang cannot be told from a slow step: hang verdicts are then
+warnings. Ranks on nodes that failed to report are listed as unknown and lower confidence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from slurmdiag.analysis.flight import flight_verdicts
+from slurmdiag.analysis.gpu import gpu_findings
+from slurmdiag.analysis.model import Analysis, RankView
+from slurmdiag.analysis.nic import nic_findings, watchdog_disagreement, watchdog_findings
+from slurmdiag.analysis.stacks import (
+    BLOCKING_KINDS,
+    RankDigest,
+    StackInfo,
+    StackMerge,
+    format_int_ranges,
+    function_site,
+    merge_stacks,
+)
+from slurmdiag.snapshot import Snapshot, Verdict
+
+__all__ = ["HANG_KINDS", "diagnose"]
+
+HANG_KINDS = (
+    "missing_rank",
+    "straggler",
+    "spinning",
+    "mismatched_collective",
+    "all_waiting",
+    "idle",
+)
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+NEXT_STEPS = {
+    "mismatched_collective": (
+        "keep the collective outside the rank-gated branch; gate only the side effect "
+        "(compute the all_reduce on every rank, then `if rank == 0: log(value)`); run with "
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch name the mismatch"
+    ),
+    "missing_rank": (
+        "read the missing rank's own log for the crash (exception, NaN, OOM kill, segfault): "
+        "its exit is the cause, the hang only the symptom; set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+        "so the group aborts near the failure instead of waiting for the timeout"
+    ),
+    "all_waiting": (
+        "every rank waits in the same collective, so the cause is below Python: check the NIC "
+        "and GPU findings, dump the Flight Recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, "
+        "attach --flight-recorder) to see which rank's queue is behind, and rerun with "
+        "NCCL_DEBUG=INFO: the node whose log stops first is the culprit"
+    ),
+    "progressing": (
+        "not hung: the stacks move between samples; if it is too slow, profile a step "
+        "(py-spy record, torch profiler) and compare ranks; attach again if the step counter stops"
+    ),
+    "spinning": (
+        "the rank loops in its own code and never reaches the collective the others wait in: "
+        "look in that function for a loop or retry whose exit depends on the rank or its data; "
+        "the other ranks are only waiting for it"
+    ),
+    "no_ranks": (
+        "check that the job is still running (squeue) and that its processes are Python "
+        "programs started by srun/torchrun; pass --pid-filter if they run under a wrapper"
+    ),
+    "incomplete": (
+        "look at the failed nodes' messages; attach again with a longer --timeout, or check the "
+        "nodes directly (scontrol show node, ssh): a node that cannot answer may be the culprit"
+    ),
+}
+STRAGGLER_STEPS = {
+    "data_loading": (
+        "look at this rank's DataLoader workers (py-spy dump their pids; a dead or deadlocked "
+        "worker stalls the queue), reproduce with num_workers=0, and make every rank see the "
+        "same number of batches (DistributedSampler, same drop_last)"
+    ),
+    "io": (
+        "find what the rank reads or writes (strace -p PID, ls -l /proc/PID/fd): a hung "
+        "filesystem or remote service; give the call a timeout or move it off the training path"
+    ),
+    "lock": (
+        "find the thread that holds the lock (py-spy dump --locals, the rank's other threads); "
+        "never hold a lock across a collective"
+    ),
+    "sleep": (
+        "the rank sleeps or polls while the others wait: bound the wait, or make every rank "
+        "wait together (barrier after the rank-0-only work)"
+    ),
+    "blocked": (
+        "the rank is idle inside a call from its own code (C extension, subprocess, socket): "
+        "py-spy dump --native on it shows where; give that call a timeout"
+    ),
+    "kernel": (
+        "the process is in uninterruptible sleep in the kernel: usually a hung filesystem "
+        "(NFS, Lustre, GPFS) or device; check dmesg and the mount on that node"
+    ),
+    "stopped": (
+        "the process is stopped (SIGSTOP, a debugger or ^Z): resume it with kill -CONT PID"
+    ),
+}
+_BLOCK_PHRASES = {
+    "data_loading": "blocked in data loading",
+    "io": "blocked in I/O",
+    "lock": "blocked on a lock",
+    "sleep": "sleeping",
+    "blocked": "idle in a call from its own code",
+    "kernel": "in uninterruptible kernel sleep (state D)",
+    "stopped": "stopped (state T)",
+}
+
+_WCHAN_HINTS = (
+    ("nanosleep", "sleep"),
+    ("hrtimer", "sleep"),
+    ("futex", "lock"),
+    ("select", "io"),
+    ("poll", "io"),
+    ("epoll", "io"),
+    ("sk_wait", "io"),
+    ("inet_csk_accept", "io"),
+    ("unix_stream", "io"),
+    ("pipe", "io"),
+    ("wait_woken", "io"),
+    ("tcp_", "io"),
+    ("nfs", "io"),
+    ("rpc_", "io"),
+    ("io_schedule", "io"),
+    ("wait_on_page", "io"),
+    ("folio_wait", "io"),
+    ("do_wait", "io"),
+)
+_STRACE_HINTS = {
+    "clock_nanosleep": "sleep",
+    "nanosleep": "sleep",
+    "futex": "lock",
+    "read": "io",
+    "recvfrom": "io",
+    "recvmsg": "io",
+    "recv": "io",
+    "poll": "io",
+    "ppoll": "io",
+    "select": "io",
+    "pselect6": "io",
+    "epoll_wait": "io",
+    "epoll_pwait": "io",
+    "accept": "io",
+    "accept4": "io",
+    "connect": "io",
+    "wait4": "io",
+    "pread64": "io",
+    "write": "io",
+}
+_SIDE_EFFECT_RE = re.compile(
+    r"save|checkpoint|ckpt|eval|valid|log|print|report|metric|dump|export|summar", re.IGNORECASE
+)
+_LOOP_MACHINERY = (
+    "torch/nn/parallel/distributed.py",
+    "torch/distributed/fsdp/",
+    "torch/distributed/_composable/",
+    "torch/autograd/",
+    "deepspeed/runtime/engine.py",
+    "deepspeed/runtime/zero/",
+    "torch/optim/",
+    "_tensor.py",
+)
+BUSY_CPU_PERCENT = 50.0
+# Network transfer syscalls: a hung gloo rank shows none (only epoll_wait timeouts), a rank
+# whose collectives complete shows hundreds per second (writev/recvfrom for gloo).
+TRANSFER_SYSCALLS = frozenset(
+    {"sendmsg", "sendto", "sendmmsg", "writev", "recvfrom", "recvmsg", "recvmmsg", "send", "recv"}
+)
+TRAFFIC_CALLS = 8
+
+
+@dataclass(slots=True)
+class _Status:
+    digest: RankDigest
+    status: str  # waiting | blocked | busy | moving | dead | unsampled
+    kind: str
+    site: str | None = None
+    op: str | None = None
+    position: tuple[object, ...] | None = None
+    info: StackInfo | None = None
+
+    @property
+    def rank(self) -> int:
+        return self.digest.rank
+
+
+# ---------------------------------------------------------------------------------------------
+# per-rank status
+
+
+def _wchan_hint(wchan: str | None) -> str | None:
+    if not wchan or wchan == "0":
+        return None
+    for needle, kind in _WCHAN_HINTS:
+        if needle in wchan:
+            return kind
+    return None
+
+
+def _strace_hint(digest: RankDigest) -> str | None:
+    summary = digest.proc.strace
+    if summary is None or summary.status != "ok" or not summary.syscalls:
+        return None
+    top = max(summary.syscalls, key=lambda s: (s.seconds, s.calls))
+    return _STRACE_HINTS.get(top.syscall)
+
+
+def _is_busy(digest: RankDigest) -> bool:
+    cpu = digest.proc.cpu_percent
+    return digest.active or (cpu is not None and cpu >= BUSY_CPU_PERCENT)
+
+
+def _status(merge: StackMerge, digest: RankDigest) -> _Status:
+    proc = digest.proc
+    state = (proc.state or "").strip().upper()[:1]
+    if state in ("Z", "X"):
+        return _Status(digest, "dead", "zombie" if state == "Z" else "dead")
+    if not digest.stack_ids:
+        if state == "D":
+            return _Status(digest, "blocked", "kernel")
+        if state == "T":
+            return _Status(digest, "blocked", "stopped")
+        return _Status(digest, "unsampled", "unknown")
+    table = merge.table
+    info = table[digest.stack_ids[-1]]
+    if not digest.settled:
+        infos = [table[sid] for sid in set(digest.stack_ids)]
+        if any(i.position is not None for i in infos):
+            # on both sides of a collective boundary: a collective completed or was reached
+            return _Status(digest, "moving", "progress", info.site, info.op, None, info)
+        cls = merge.classes[digest.class_index] if digest.class_index is not None else None
+        return _Status(digest, "busy", info.kind, cls.site if cls else info.site, None, None, info)
+    if info.kind == "collective":
+        return _Status(digest, "waiting", "collective", info.site, info.op, info.position, info)
+    if digest.stationary and state == "T":
+        return _Status(digest, "blocked", "stopped", info.site, None, None, info)
+    if info.kind in BLOCKING_KINDS:
+        return _Status(digest, "blocked", info.kind, info.site, None, None, info)
+    if _is_busy(digest):
+        return _Status(digest, "busy", info.kind, info.site, None, None, info)
+    hint = _wchan_hint(proc.wchan) or _strace_hint(digest)
+    if state == "D":
+        hint = "kernel"
+    return _Status(digest, "blocked", hint or "blocked", info.site, None, None, info)
+
+
+def _view(status: _Status) -> RankView:
+    d = status.digest
+    info = status.info
+    return RankView(
+        rank=d.rank,
+        node=d.node,
+        pid=d.proc.pid,
+        state=d.proc.state,
+        cpu_percent=d.proc.cpu_percent,
+        top_user_frame=info.top_user_frame if info else None,
+        top_frame=info.top_frame if info else None,
+        kind=status.kind,
+        stationary=d.stationary and bool(d.stack_ids),
+        class_index=d.class_index,
+        site=status.site,
+        op=status.op,
+        status=status.status,
+        busy_threads=d.busy_threads,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# expected ranks
+
+
+@dataclass(frozen=True)
+class _Layout:
+    world_size: int | None
+    missing: tuple[int, ...]
+    unknown: tuple[int, ...]
+    failed_nodes: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _expected_ranks(snapshot: Snapshot, merge: StackMerge) -> _Layout:
+    present = {d.rank for d in merge.digests}
+    sizes = Counter(p.world_size for _, p in snapshot.all_ranks() if p.world_size)
+    notes: list[str] = []
+    world: int | None = None
+    if sizes:
+        world = sizes.most_common(1)[0][0]
+        if len(sizes) > 1:
+            notes.append(f"ranks disagree on WORLD_SIZE: {dict(sorted(sizes.items()))}")
+    elif (
+        snapshot.job.ntasks
+        and all(p.launcher in ("srun", "unknown") for _, p in snapshot.all_ranks())
+        and present
+        and max(present) < snapshot.job.ntasks
+    ):
+        world = snapshot.job.ntasks
+    elif present:
+        world = max(present) + 1  # a lower bound: every rank below the highest one exists
+    seen = {n.name for n in snapshot.nodes}
+    failed = [n.name for n in snapshot.nodes if n.status != "ok"]
+    failed += [name for name in snapshot.job.nodes if name not in seen]
+    if world is None:
+        return _Layout(None, (), (), tuple(failed), tuple(notes))
+    beyond = sorted(r for r in present if r >= world)
+    if beyond:
+        notes.append(f"ranks {format_int_ranges(beyond)} are beyond WORLD_SIZE={world}")
+    absent = sorted(set(range(world)) - present)
+    if not absent:
+        return _Layout(world, (), (), tuple(failed), tuple(notes))
+    if not failed:
+        return _Layout(world, tuple(absent), (), (), tuple(notes))
+    owner = _rank_owner(snapshot, world)
+    missing = [r for r in absent if owner is not None and owner(r)]
+    unknown = [r for r in absent if owner is None or not owner(r)]
+    return _Layout(world, tuple(missing), tuple(unknown), tuple(failed), tuple(notes))
+
+
+def _rank_owner(snapshot: Snapshot, world: int):  # type: ignore[no-untyped-def]
+    """A predicate "this absent rank belongs to a node that reported", when the layout shows it.
+
+    Slurm places ranks in blocks (node i holds ranks i*k .. i*k+k-1) or cyclically (rank r on
+    node r mod N). torchrun numbers nodes in rendezvous order, so the block of each reporting
+    node is read from its own ranks rather than from its position in the node list.
+    """
+    n_nodes = len(snapshot.job.nodes) or len(snapshot.nodes)
+    ok_nodes = [n for n in snapshot.nodes if n.status == "ok"]
+    if n_nodes == 0 or any(not any(p.rank is not None for p in n.ranks) for n in ok_nodes):
+        return None
+    node_ranks = [{p.rank for p in n.ranks if p.rank is not None} for n in ok_nodes]
+    if world % n_nodes == 0:
+        k = world // n_nodes
+        blocks = [{r // k for r in ranks} for ranks in node_ranks]
+        if all(len(b) == 1 for b in blocks) and len({min(b) for b in blocks}) == len(blocks):
+            occupied = {min(b) for b in blocks}
+            return lambda r: r // k in occupied
+    residues = [{r % n_nodes for r in ranks} for ranks in node_ranks]
+    if all(len(b) == 1 for b in residues) and len({min(b) for b in residues}) == len(residues):
+        taken = {min(b) for b in residues}
+        return lambda r: r % n_nodes in taken
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# wording helpers
+
+
+def _ranks_label(ranks: Iterable[int]) -> str:
+    values = sorted(ranks)
+    word = "rank" if len(values) == 1 else "ranks"
+    return f"{word} {format_int_ranges(values)}"
+
+
+def _verb(ranks: Sequence[int], singular: str, plural: str) -> str:
+    return singular if len(ranks) == 1 else plural
+
+
+def _unique(items: Iterable[str | None]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(i for i in items if i))
+
+
+def _group_by(statuses: Iterable[_Status], key) -> dict[object, list[_Status]]:  # type: ignore[no-untyped-def]
+    groups: dict[object, list[_Status]] = {}
+    for s in statuses:
+        groups.setdefault(key(s), []).append(s)
+    return groups
+
+
+def _where(s: _Status) -> str:
+    if s.status == "waiting":
+        return f"{s.op} at {s.site}"
+    if s.status == "busy":
+        return f"{'moving in' if not s.digest.stationary else 'busy at'} {s.site}"
+    if s.status == "blocked":
+        phrase = _BLOCK_PHRASES.get(s.kind, s.kind)
+        return f"{phrase} at {s.site}" if s.site else phrase
+    return s.kind
+
+
+def _waiting_phrase(waiting: list[_Status]) -> str:
+    """ "ranks 0-6 wait in all_reduce at train.py:50" (several places listed by size)."""
+    groups = _group_by(waiting, lambda s: s.position)
+    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0].rank))
+    ranks = [s.rank for s in waiting]
+    label = _ranks_label(ranks)
+    if len(ordered) == 1:
+        return f"{label} {_verb(ranks, 'waits', 'wait')} in {_where(ordered[0][0])}"
+    places = "; ".join(
+        f"{_where(g[0])} ({format_int_ranges(s.rank for s in g)})" for g in ordered[:3]
+    )
+    more = f"; {len(ordered) - 3} more" if len(ordered) > 3 else ""
+    return f"{label} {_verb(ranks, 'waits', 'wait')} in collectives ({places}{more})"
+
+
+def _group_evidence(statuses: list[_Status], limit: int = 8) -> list[str]:
+    groups = _group_by(statuses, lambda s: (s.status, s.position or s.site, s.kind))
+    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0].rank))
+    lines = []
+    for group in ordered[:limit]:
+        head = group[0]
+        detail = f" [{head.info.detail}]" if head.info is not None else ""
+        lines.append(
+            f"{_ranks_label(s.rank for s in group)} ({len(group)}): {_where(head)}{detail}"
+        )
+    if len(ordered) > limit:
+        lines.append(f"... and {len(ordered) - limit} more groups")
+    return lines
+
+
+def _proc_evidence(s: _Status) -> str:
+    p = s.digest.proc
+    bits = [f"rank {s.rank} on {s.digest.node} pid {p.pid}"]
+    if p.state:
+        bits.append(f"state {p.state}")
+    if p.cpu_percent is not None:
+        bits.append(f"{p.cpu_percent:.0f}% CPU")
+    if p.wchan and p.wchan != "0":
+        bits.append(f"wchan {p.wchan}")
+    if s.digest.stack_ids:
+        n = len(s.digest.stack_ids)
+        moved = "same stack" if s.digest.stationary else "stack moved"
+        bits.append(f"{moved} in {n} sample{'s' if n != 1 else ''}")
+    for worker in p.workers:
+        if worker.state and worker.state[:1] in ("Z", "X", "D", "T"):
+            bits.append(f"{worker.role} pid {worker.pid} state {worker.state}")
+    if s.digest.busy_threads:
+        bits.append("busy threads: " + ", ".join(s.digest.busy_threads[:3]))
+    return ", ".join(bits)
+
+
+# ---------------------------------------------------------------------------------------------
+# the rules
+
+
+def _tie_score(group: list[_Status]) -> int:
+    info = group[0].info
+    score = 0
+    op = group[0].op or ""
+    if op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")):
+        score += 2
+    if info is not None:
+        user = [c.frame for c in info.classified if c.is_user]
+        if any(_SIDE_EFFECT_RE.search(f.function) for f in user):
+            score += 1
+        files = [f.file for f in info.frames]
+        if any(marker in file for file in files for marker in _LOOP_MACHINERY):
+            score -= 1
+    if any(s.rank == 0 for s in group):
+        score += 1
+    return score
+
+
+def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str) -> Verdict:
+    groups = list(_group_by(waiting, lambda s: s.position).values())
+    # The reference is the largest group; among equally large ones the least suspicious.
+    ranked = sorted(groups, key=lambda g: (-len(g), _tie_score(g), g[0].rank))
+    first, second = ranked[0], ranked[1]
+    ambiguous = len(first) == len(second) and _tie_score(first) == _tie_score(second)
+    evidence = _group_evidence(waiting)
+    if ambiguous:
+        tied = [g for g in ranked if len(g) == len(first)]
+        culprits = sorted(s.rank for g in tied for s in g)
+        culprit_groups = tied
+        reference: list[_Status] = []
+        evidence.append(
+            f"tie: {len(tied)} groups of {len(first)} ranks and no sign of which one diverged"
+        )
+    else:
+        reference = first
+        culprit_groups = [g for g in ranked if g is not first]
+        culprits = sorted(s.rank for g in culprit_groups for s in g)
+        if len(first) == len(second):
+            evidence.append(
+                f"tie between groups of {len(first)}: {_ranks_label(s.rank for s in second)} "
+                f"looks less like the loop's usual collective (barrier/object collective, "
+                f"logging or checkpoint path, or rank 0) and is taken as the culprit"
+            )
+    ops = {g[0].op for g in groups}
+    same_op = len(ops) == 1
+    how = (
+        f"the same collective ({groups[0][0].op}) from different call sites"
+        if same_op
+        else "different collectives"
+    )
+    culprit_statuses = [s for g in culprit_groups for s in g]
+    if reference:
+        summary = (
+            f"{_waiting_phrase(culprit_statuses)} while {_waiting_phrase(reference)}: "
+            f"the ranks called {how}"
+        )
+    else:
+        halves = " vs ".join(_waiting_phrase(g) for g in culprit_groups[:3])
+        summary = f"{halves}: the ranks called {how}; cannot tell which side diverged"
+    evidence.extend(evidence_extra)
+    sites = _unique(s.site for s in sorted(culprit_statuses, key=lambda s: s.rank))
+    return Verdict(
+        kind="mismatched_collective",
+        severity=severity,
+        summary=summary,
+        culprit_ranks=tuple(culprits),
+        sites=sites,
+        evidence=tuple(evidence),
+        next_step=NEXT_STEPS["mismatched_collective"],
+    )
+
+
+def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) -> Verdict:
+    kinds = Counter(s.kind for s in blocked)
+    main_kind = kinds.most_common(1)[0][0]
+    ranks = [s.rank for s in blocked]
+    groups = _group_by(blocked, lambda s: (s.kind, s.site))
+    places = "; ".join(_where(g[0]) for g in sorted(groups.values(), key=lambda g: g[0].rank))
+    verb = _verb(ranks, "is", "are")
+    tail = f" while {_waiting_phrase(waiting)}" if waiting else ", outside any collective"
+    summary = f"{_ranks_label(ranks)} {verb} {places}{tail}"
+    evidence = [_proc_evidence(s) for s in blocked[:8]]
+    if waiting:
+        evidence.extend(_group_evidence(waiting, limit=4))
+    return Verdict(
+        kind="straggler",
+        severity=severity,
+        summary=summary,
+        culprit_ranks=tuple(ranks),
+        sites=_unique(s.site for s in blocked),
+        evidence=tuple(evidence),
+        next_step=STRAGGLER_STEPS.get(main_kind, STRAGGLER_STEPS["blocked"]),
+    )
+
+
+def _busy_sites(s: _Status) -> tuple[str, ...]:
+    """file:line when the line held in every sample, then file:function: a busy rank's line
+    changes with the moment it is sampled, the function it spins in does not."""
+    info = s.info
+    if not s.digest.stationary or info is None or info.top_user_frame is None:
+        return (s.site,) if s.site else ()
+    top = info.top_user_frame
+    return _unique([s.site, function_site(top)])
+
+
+def _spinning(busy: list[_Status], waiting: list[_Status], severity: str) -> Verdict:
+    ranks = [s.rank for s in busy]
+    groups = _group_by(busy, lambda s: s.site)
+    places = "; ".join(
+        ("moving in " if not g[0].digest.stationary else "busy at ") + str(g[0].site)
+        for g in sorted(groups.values(), key=lambda g: g[0].rank)
+    )
+    verb = _verb(ranks, "is", "are")
+    tail = f" while {_waiting_phrase(waiting)}" if waiting else ", outside any collective"
+    # a moving rank is reported by its own function even when the sample caught a library leaf
+    own = all(not s.digest.stationary or s.info is None or s.info.kind == "user" for s in busy)
+    where = ("its own code" if len(ranks) == 1 else "their own code") if own else "computing"
+    summary = f"{_ranks_label(ranks)} {verb} busy {where} ({places}){tail}"
+    evidence = [_proc_evidence(s) for s in busy[:8]]
+    if waiting:
+        evidence.extend(_group_evidence(waiting, limit=4))
+    return Verdict(
+        kind="spinning",
+        severity=severity,
+        summary=summary,
+        culprit_ranks=tuple(ranks),
+        sites=_unique(site for s in busy for site in _busy_sites(s)),
+        evidence=tuple(evidence),
+        next_step=NEXT_STEPS["spinning"],
+    )
+
+
+def _unsampled_straggler(unsampled: list[_Status], waiting: list[_Status]) -> Verdict:
+    """Everyone waits in one collective except ranks py-spy could not read: suspect those."""
+    ranks = [s.rank for s in unsampled]
+    evidence = [_proc_evidence(s) for s in unsampled[:8]]
+    for s in unsampled[:4]:
+        errors = [e for e in s.digest.proc.errors] + [
+            x.error for x in s.digest.proc.samples if x.error
+        ]
+        if errors:
+            evidence.append(f"rank {s.rank}: {errors[0][:200]}")
+    evidence.extend(_group_evidence(waiting, limit=4))
+    return Verdict(
+        kind="straggler",
+        severity="warning",
+        summary=f"{_ranks_label(ranks)} could not be sampled while {_waiting_phrase(waiting)}: "
+        f"{'it is' if len(ranks) == 1 else 'they are'} the likely culprit",
+        culprit_ranks=tuple(ranks),
+        sites=(),
+        evidence=tuple(evidence),
+        next_step=(
+            "dump the rank by hand (py-spy dump --native --pid PID, or gdb -p PID) and read its "
+            "state and wchan in /proc/PID: a process py-spy cannot read is often stuck in the "
+            "kernel or in native code"
+        ),
+    )
+
+
+def _missing(
+    dead: list[_Status], missing: Sequence[int], waiting: list[_Status], others: list[_Status]
+) -> Verdict:
+    culprits = sorted({s.rank for s in dead} | set(missing))
+    parts = []
+    if missing:
+        parts.append(
+            f"{_ranks_label(missing)} {_verb(missing, 'has', 'have')} no process "
+            "(exited or crashed)"
+        )
+    if dead:
+        parts.append(
+            f"{_ranks_label(s.rank for s in dead)} {_verb([s.rank for s in dead], 'is a', 'are')} "
+            f"zombie{'' if len(dead) == 1 else 's'} (exited, not reaped)"
+        )
+    tail = f" while {_waiting_phrase(waiting)}" if waiting else ""
+    summary = " and ".join(parts) + tail
+    evidence = [_proc_evidence(s) for s in dead[:8]]
+    if waiting:
+        evidence.extend(_group_evidence(waiting, limit=4))
+    if others:
+        evidence.extend(_group_evidence(others, limit=4))
+    return Verdict(
+        kind="missing_rank",
+        severity="critical",
+        summary=summary,
+        culprit_ranks=tuple(culprits),
+        sites=(),
+        evidence=tuple(evidence),
+        next_step=NEXT_STEPS["missing_rank"],
+    )
+
+
+def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdict:
+    head = waiting[0]
+    ranks = [s.rank for s in waiting]
+    if head.status == "waiting":
+        summary = (
+            f"every known rank ({format_int_ranges(ranks)}) waits in {head.op} at {head.site}: "
+            "the cause is below Python (network, GPU, or an earlier collective out of order)"
+        )
+    else:
+        summary = (
+            f"every known rank ({format_int_ranges(ranks)}) is stuck at the same place, "
+            f"{_where(head)}{kind_note}"
+        )
+    return Verdict(
+        kind="all_waiting",
+        severity=severity,
+        summary=summary,
+        culprit_ranks=(),
+        sites=_unique([head.site]),
+        evidence=tuple(_group_evidence(waiting)),
+        next_step=NEXT_STEPS["all_waiting"],
+    )
+
+
+def _stack_where(info: StackInfo) -> str:
+    return f"{info.op} at {info.site}" if info.op else f"{info.kind} at {info.site}"
+
+
+def _progressing(
+    merge: StackMerge, statuses: list[_Status], movers: list[_Status], layout: _Layout
+) -> Verdict:
+    moving = [s for s in statuses if s.status in ("moving", "busy") and not s.digest.stationary]
+    sampled = [s for s in statuses if len(s.digest.stack_ids) > 1]
+    if movers:
+        why = (
+            f"{_ranks_label(s.rank for s in movers)} went in or out of a collective between samples"
+        )
+    else:
+        why = f"{len(moving)} of {len(sampled)} ranks changed stack between samples"
+    evidence = []
+    for s in (movers or moving)[:4]:
+        steps = [_stack_where(merge.table[sid]) for sid in dict.fromkeys(s.digest.stack_ids)]
+        evidence.append(f"rank {s.rank}: " + " -> ".join(steps))
+    if layout.missing:
+        evidence.append(f"{_ranks_label(layout.missing)} not found in the snapshot")
+    return Verdict(
+        kind="progressing",
+        severity="info",
+        summary=f"the job is progressing, not hung: {why}",
+        culprit_ranks=(),
+        sites=(),
+        evidence=tuple(evidence),
+        next_step=NEXT_STEPS["progressing"],
+    )
+
+
+def _traffic(digest: RankDigest) -> int | None:
+    """Successful network send/receive calls strace counted in its window, None without strace."""
+    summary = digest.proc.strace
+    if summary is None or summary.status != "ok":
+        return None
+    return sum(
+        max(0, c.calls - c.errors) for c in summary.syscalls if c.syscall in TRANSFER_SYSCALLS
+    )
+
+
+def _progressing_by_traffic(
+    statuses: list[_Status], talking: list[tuple[_Status, int]], traced: int
+) -> Verdict:
+    ranks = [s.rank for s, _ in talking]
+    evidence = [
+        f"rank {s.rank}: {n} send/receive calls in "
+        f"{s.digest.proc.strace.window_s if s.digest.proc.strace else 0:.1f} s of strace"
+        for s, n in talking[:4]
+    ]
+    evidence.append(
+        "every sample caught the ranks in the same phase: "
+        + "; ".join(_group_evidence(statuses, limit=3))
+    )
+    return Verdict(
+        kind="progressing",
+        severity="info",
+        summary=f"the job is progressing, not hung: {len(ranks)} of {traced} traced ranks "
+        f"({format_int_ranges(ranks)}) moved data over the network while strace watched",
+        evidence=tuple(evidence),
+        next_step=NEXT_STEPS["progressing"],
+    )
+
+
+def _hang_verdicts(
+    snapshot: Snapshot, merge: StackMerge, statuses: list[_Status], layout: _Layout
+) -> tuple[list[Verdict], bool]:
+    """The stack-based verdicts, and whether they describe a hang."""
+    if not snapshot.nodes:
+        return [
+            Verdict(
+                kind="incomplete",
+                severity="warning",
+                summary="the snapshot holds no node results: nothing to analyse",
+                next_step=NEXT_STEPS["incomplete"],
+            )
+        ], False
+    if not statuses:
+        if merge.unidentified:
+            n = len(merge.unidentified)
+            return [
+                Verdict(
+                    kind="incomplete",
+                    severity="warning",
+                    summary=f"{n} job process{'es' if n != 1 else ''} found, none with a rank "
+                    "identity (RANK / SLURM_PROCID): cannot compare ranks",
+                    evidence=tuple(
+                        f"{node.name} pid {p.pid}" for node, p in merge.unidentified[:8]
+                    ),
+                    next_step=NEXT_STEPS["no_ranks"],
+                )
+            ], False
+        return [
+            Verdict(
+                kind="no_ranks",
+                severity="warning",
+                summary="no rank process of the job was found on any node that answered",
+                evidence=tuple(f"{n.name}: {n.status}" for n in snapshot.nodes[:8]),
+                next_step=NEXT_STEPS["no_ranks"],
+            )
+        ], False
+
+    by_status: dict[str, list[_Status]] = {}
+    for s in statuses:
+        by_status.setdefault(s.status, []).append(s)
+    waiting = by_status.get("waiting", [])
+    blocked = by_status.get("blocked", [])
+    busy = by_status.get("busy", [])
+    movers = by_status.get("moving", [])
+    dead = by_status.get("dead", [])
+    unsampled = by_status.get("unsampled", [])
+
+    multi = [s for s in statuses if len(s.digest.stack_ids) > 1]
+    n_moving = sum(1 for s in multi if not s.digest.settled)
+    if movers or (multi and n_moving > len(multi) - n_moving):
+        return [_progressing(merge, statuses, movers, layout)], False
+    traced = [(s, _traffic(s.digest)) for s in statuses]
+    traced_known = [(s, n) for s, n in traced if n is not None]
+    talking = [(s, n) for s, n in traced_known if n >= TRAFFIC_CALLS]
+    if talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing:
+        # The stacks look the same in every sample (the samples all landed in the same phase),
+        # but strace saw most ranks move data: collectives complete, the job progresses.
+        return [_progressing_by_traffic(statuses, talking, len(traced_known))], False
+
+    single = merge.max_samples < 2
+    severity = "warning" if single else "critical"
+    caveats: list[str] = []
+    if single:
+        caveats.append("one sample per rank: a hang cannot be told from a slow step")
+    if layout.unknown:
+        caveats.append(
+            f"confidence lowered: {_ranks_label(layout.unknown)} unknown "
+            f"(nodes {', '.join(layout.failed_nodes)} did not report)"
+        )
+    if unsampled:
+        caveats.append(
+            f"confidence lowered: no stack for {_ranks_label(s.rank for s in unsampled)}"
+        )
+
+    verdicts: list[Verdict] = []
+    if dead or layout.missing:
+        verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
+    if blocked and (waiting or dead or layout.missing):
+        verdicts.append(_straggler(blocked, waiting, severity))
+    if busy and (waiting or dead or layout.missing):
+        verdicts.append(_spinning(busy, waiting, severity))
+    if not verdicts and unsampled and waiting and len({s.position for s in waiting}) == 1:
+        verdicts.append(_unsampled_straggler(unsampled, waiting))
+    if not verdicts:
+        verdicts.extend(_without_waiters(waiting, blocked, busy, severity))
+    if verdicts and verdicts[0].kind in ("straggler", "spinning", "missing_rank"):
+        positions = {s.position for s in waiting}
+        if len(positions) > 1:
+            verdicts[0] = _with_evidence(
+                verdicts[0],
+                [
+                    (
+                        f"the waiting ranks sit in {len(positions)} different collectives: a "
+                        "consequence of the culprit, or a mismatch of their own"
+                    )
+                ],
+            )
+    if caveats:
+        verdicts = [_with_evidence(v, caveats) for v in verdicts]
+    return verdicts, any(v.severity != "info" for v in verdicts)
+
+
+def _without_waiters(
+    waiting: list[_Status], blocked: list[_Status], busy: list[_Status], severity: str
+) -> list[Verdict]:
+    """No rank is gone: either everyone waits in collectives, or nobody does."""
+    if waiting and not blocked and not busy:
+        if len({s.position for s in waiting}) == 1:
+            return [_all_waiting(waiting, severity, "")]
+        return [_mismatched(waiting, [], severity)]
+    everyone = blocked + busy
+    classes = {s.digest.class_index for s in everyone}
+    if len(classes) == 1:
+        head = everyone[0]
+        if head.status == "blocked" and head.kind == "sleep":
+            return [
+                Verdict(
+                    kind="idle",
+                    severity="info",
+                    summary=f"every rank is sleeping at {head.site}: no collective is pending, "
+                    "so this is not a collective hang",
+                    sites=_unique([head.site]),
+                    evidence=tuple(_group_evidence(everyone)),
+                    next_step=STRAGGLER_STEPS["sleep"],
+                )
+            ]
+        note = (
+            ": with NCCL, collectives are asynchronous, so ranks hung in one often show up at "
+            "the next synchronisation (.item(), .cpu(), cuda.synchronize())"
+            if head.status == "busy"
+            else ""
+        )
+        return [_all_waiting(everyone, "warning", note)]
+    out = []
+    if blocked:
+        out.append(_straggler(blocked, [], "warning"))
+    if busy:
+        out.append(_spinning(busy, [], "warning"))
+    return out
+
+
+def _with_evidence(verdict: Verdict, lines: Iterable[str]) -> Verdict:
+    return replace(verdict, evidence=verdict.evidence + tuple(lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+
+
+def diagnose(snapshot: Snapshot) -> Analysis:
+    """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
+    merge = merge_stacks(snapshot)
+    layout = _expected_ranks(snapshot, merge)
+    statuses = [_status(merge, d) for d in merge.digests]
+    hang, hung = _hang_verdicts(snapshot, merge, statuses, layout)
+
+    disagreement = watchdog_disagreement(snapshot)
+    if disagreement:
+        hang = [
+            _with_evidence(v, [disagreement]) if v.kind == "mismatched_collective" else v
+            for v in hang
+        ]
+    others: list[Verdict] = []
+    progressing = any(v.kind == "progressing" for v in hang)
+    for v in watchdog_findings(snapshot):
+        # a timeout in the log while the stacks move: an earlier incident (or restart)
+        others.append(replace(v, severity="warning") if progressing else v)
+    others.extend(flight_verdicts(snapshot.flight_recorder))
+    others.extend(nic_findings(snapshot))
+    others.extend(gpu_findings(snapshot, hung=hung))
+    if others:
+        pointers = [f"see {v.kind}: {v.summary}" for v in others if v.severity != "info"][:4]
+        if pointers:
+            hang = [_with_evidence(v, pointers) if v.kind == "all_waiting" else v for v in hang]
+    if layout.failed_nodes and snapshot.nodes and not any(v.kind == "incomplete" for v in hang):
+        failed = [n for n in snapshot.nodes if n.status != "ok"]
+        others.append(
+            Verdict(
+                kind="incomplete",
+                severity="warning",
+                summary=f"{len(layout.failed_nodes)} node(s) did not report "
+                f"({', '.join(layout.failed_nodes[:8])}); "
+                + (
+                    f"{_ranks_label(layout.unknown)} unknown"
+                    if layout.unknown
+                    else "their ranks are unknown"
+                ),
+                evidence=tuple(
+                    f"{n.name}: {n.status}: {n.message or ''}".rstrip(": ") for n in failed[:8]
+                ),
+                next_step=NEXT_STEPS["incomplete"],
+            )
+        )
+    verdicts = sorted(
+        enumerate(hang + others), key=lambda iv: (SEVERITY_ORDER.get(iv[1].severity, 3), iv[0])
+    )
+    notes = list(merge.notes) + list(layout.notes)
+    if merge.unidentified:
+        notes.append(
+            f"{len(merge.unidentified)} process(es) without a rank left out: "
+            + ", ".join(f"{n.name} pid {p.pid}" for n, p in merge.unidentified[:8])
+        )
+    if merge.duplicates:
+        notes.append(
+            "several processes claim one rank; kept the first readable one, left out: "
+            + ", ".join(f"rank {p.rank} {n.name} pid {p.pid}" for n, p in merge.duplicates[:8])
+        )
+    return Analysis(
+        classes=tuple(merge.classes),
+        tree=merge.tree,
+        ranks=tuple(_view(s) for s in statuses),
+        missing_ranks=layout.missing,
+        unknown_ranks=layout.unknown,
+        world_size=layout.world_size,
+        samples=merge.max_samples,
+        verdicts=tuple(v for _, v in verdicts),
+        notes=tuple(notes),
+    )

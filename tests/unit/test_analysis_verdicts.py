@@ -1,0 +1,431 @@
+"""Verdict rules: each hang kind, the tie-breaks, progress, and incomplete snapshots."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+from snapfactory import (
+    TRAIN,
+    collective,
+    dataloader_wait,
+    in_user,
+    job,
+    node,
+    rank,
+    snap,
+    spinning_in,
+)
+
+from slurmdiag.analysis import analyze, diagnose
+from slurmdiag.analysis.model import Analysis
+from slurmdiag.snapshot import LogFinding, Sample, Snapshot, Verdict, WorkerProcess
+
+K = 3  # samples per rank
+
+
+def hang(analysis: Analysis) -> Verdict:
+    """The first (most severe) verdict, which is the stack-based one in these tests."""
+    assert analysis.verdicts, "no verdict"
+    return analysis.verdicts[0]
+
+
+def kinds(analysis: Analysis) -> list[str]:
+    return [v.kind for v in analysis.verdicts]
+
+
+# --------------------------------------------------------------------------------- mismatched
+
+
+def test_odd_rank_in_a_different_collective_is_the_culprit() -> None:
+    # GIVEN 2 nodes x 4 ranks, rank 5 in a barrier at line 53, the others in all_reduce at 50
+    s = job(2, 4, lambda r: [collective("barrier", 53) if r == 5 else collective("all_reduce")] * K)
+    # WHEN
+    v = hang(diagnose(s))
+    # THEN
+    assert v.kind == "mismatched_collective"
+    assert v.severity == "critical"
+    assert v.culprit_ranks == (5,)
+    assert v.sites == (f"{TRAIN}:53",)
+    assert "different collectives" in v.summary
+    assert "gate only the side effect" in (v.next_step or "")
+
+
+def test_majority_has_no_first_rank_bias() -> None:
+    # rank 0 is the odd one: it is the culprit, not the reference
+    s = job(1, 4, lambda r: [collective("barrier", 53) if r == 0 else collective("all_reduce")] * K)
+    v = hang(diagnose(s))
+    assert (v.kind, v.culprit_ranks, v.sites) == ("mismatched_collective", (0,), (f"{TRAIN}:53",))
+
+
+def test_same_collective_from_different_call_sites() -> None:
+    s = job(2, 2, lambda r: [collective("all_reduce", 61 if r == 2 else 50)] * K)
+    v = hang(diagnose(s))
+    assert v.kind == "mismatched_collective"
+    assert v.culprit_ranks == (2,)
+    assert v.sites == (f"{TRAIN}:61",)
+    assert "different call sites" in v.summary
+
+
+def test_tie_one_to_one_picks_the_rank_gated_barrier_on_rank_0() -> None:
+    # GIVEN 2 ranks: `if rank == 0: dist.barrier()` -> rank 0 in barrier, rank 1 in all_reduce
+    s = job(2, 1, lambda r: [collective("barrier", 53) if r == 0 else collective("all_reduce")] * K)
+    v = hang(diagnose(s))
+    assert v.kind == "mismatched_collective"
+    assert v.culprit_ranks == (0,)
+    assert v.sites == (f"{TRAIN}:53",)
+    assert any("tie" in e for e in v.evidence)
+
+
+def test_tie_prefers_the_barrier_over_rank_0() -> None:
+    # `if rank == 1: barrier()`: the barrier (+2) outweighs holding rank 0 (+1)
+    s = job(2, 1, lambda r: [collective("barrier", 53) if r == 1 else collective("all_reduce")] * K)
+    v = hang(diagnose(s))
+    assert (v.culprit_ranks, v.sites) == ((1,), (f"{TRAIN}:53",))
+
+
+def test_tie_prefers_a_side_effect_path_as_culprit() -> None:
+    # 2 nodes split 2:2 between the step's all_reduce and one in save_checkpoint (no rank 0)
+    def stacks(r: int) -> list:
+        if r in (0, 1):
+            return [collective("all_reduce", 50)] * K
+        return [collective("all_reduce", 140, fn="save_checkpoint")] * K
+
+    v = hang(diagnose(job(2, 2, stacks)))
+    # save_checkpoint scores +1, rank 0's side scores +1 too: a real tie -> both named
+    assert v.kind == "mismatched_collective"
+    assert v.culprit_ranks == (0, 1, 2, 3)
+    assert "cannot tell which side diverged" in v.summary
+
+
+def test_unbreakable_tie_names_every_tied_side() -> None:
+    def stacks(r: int) -> list:
+        return [collective("all_reduce", {0: 50, 1: 50, 2: 52, 3: 52, 4: 54, 5: 54}[r])] * K
+
+    # ranks 0-1 at :50 hold rank 0 (+1); 2-3 and 4-5 tie at 0: no unique reference
+    v = hang(diagnose(job(3, 2, stacks)))
+    assert v.culprit_ranks == (0, 1, 2, 3, 4, 5)
+    assert "cannot tell" in v.summary
+
+
+def test_minority_of_two_groups_among_three() -> None:
+    def stacks(r: int) -> list:
+        if r == 6:
+            return [collective("broadcast", 70)] * K
+        if r == 7:
+            return [collective("barrier", 53)] * K
+        return [collective("all_reduce")] * K
+
+    v = hang(diagnose(job(2, 4, stacks)))
+    assert v.culprit_ranks == (6, 7)
+    assert v.sites == (f"{TRAIN}:70", f"{TRAIN}:53")
+
+
+# --------------------------------------------------------------------------------- straggler
+
+
+def test_rank_in_data_loading_is_a_straggler() -> None:
+    s = job(2, 4, lambda r: [dataloader_wait(44) if r == 5 else collective("all_reduce")] * K)
+    v = hang(diagnose(s))
+    assert v.kind == "straggler"
+    assert v.culprit_ranks == (5,)
+    assert v.sites == (f"{TRAIN}:44",)
+    assert "data loading" in v.summary
+    assert "DataLoader" in (v.next_step or "")
+
+
+def test_rank_sleeping_in_its_own_code_is_a_straggler() -> None:
+    # time.sleep is a C call: the innermost Python frame is the user's line, the thread idle
+    s = job(
+        2,
+        2,
+        lambda r: [in_user(70) if r == 1 else collective("all_reduce")] * K,
+        overrides={1: {"wchan": "hrtimer_nanosleep", "cpu": 0.0}},
+    )
+    v = hang(diagnose(s))
+    assert (v.kind, v.culprit_ranks, v.sites) == ("straggler", (1,), (f"{TRAIN}:70",))
+    assert "sleeping" in v.summary
+
+
+def test_rank_in_state_d_without_stack_is_a_straggler() -> None:
+    s = job(
+        1,
+        4,
+        lambda r: [] if r == 3 else [collective("all_reduce")] * K,
+        overrides={3: {"state": "D", "wchan": "nfs_wait_bit_killable"}},
+    )
+    v = hang(diagnose(s))
+    assert (v.kind, v.culprit_ranks, v.sites) == ("straggler", (3,), ())
+    assert "uninterruptible" in v.summary
+
+
+def test_dead_dataloader_worker_is_cited() -> None:
+    worker = WorkerProcess(pid=4242, role="dataloader_worker", state="Z")
+    s = job(
+        1,
+        2,
+        lambda r: [dataloader_wait() if r == 0 else collective("all_reduce")] * K,
+        overrides={0: {"workers": [worker]}},
+    )
+    v = hang(diagnose(s))
+    assert v.kind == "straggler" and v.culprit_ranks == (0,)
+    assert any("dataloader_worker pid 4242 state Z" in e for e in v.evidence)
+
+
+# --------------------------------------------------------------------------------- spinning
+
+
+def test_rank_moving_in_its_own_loop_is_spinning_reported_by_function() -> None:
+    def stacks(r: int) -> list:
+        if r == 6:
+            return [spinning_in("busy_loop", line) for line in (21, 23, 22)]
+        return [collective("all_reduce")] * K
+
+    s = job(2, 4, stacks, overrides={6: {"cpu": 99.0, "active": True}})
+    v = hang(diagnose(s))
+    assert v.kind == "spinning"
+    assert v.culprit_ranks == (6,)
+    assert v.sites == (f"{TRAIN}:busy_loop",)
+    assert "99% CPU" in " ".join(v.evidence)
+
+
+def test_rank_spinning_on_one_line_is_spinning_at_that_line() -> None:
+    s = job(
+        1,
+        2,
+        lambda r: [in_user(33) if r == 1 else collective("barrier")] * K,
+        overrides={1: {"cpu": 100.0, "active": True}},
+    )
+    v = hang(diagnose(s))
+    # the line held in every sample; the function is named too, as a busy rank's line varies
+    assert (v.kind, v.culprit_ranks) == ("spinning", (1,))
+    assert v.sites == (f"{TRAIN}:33", f"{TRAIN}:train_step")
+
+
+# --------------------------------------------------------------------------------- missing
+
+
+def test_missing_rank_on_a_node_that_reported() -> None:
+    s = job(2, 4, lambda r: [collective("all_reduce")] * K, skip=[6])
+    a = diagnose(s)
+    v = hang(a)
+    assert (v.kind, v.severity, v.culprit_ranks) == ("missing_rank", "critical", (6,))
+    assert a.missing_ranks == (6,)
+    assert a.world_size == 8
+
+
+def test_zombie_rank_is_missing() -> None:
+    s = job(
+        1,
+        3,
+        lambda r: [] if r == 2 else [collective("all_reduce")] * K,
+        overrides={2: {"state": "Z"}},
+    )
+    v = hang(diagnose(s))
+    assert (v.kind, v.culprit_ranks) == ("missing_rank", (2,))
+    assert "zombie" in v.summary
+
+
+def test_ranks_of_a_node_that_timed_out_are_unknown_not_missing() -> None:
+    # GIVEN node002 timed out: its ranks 4-7 are absent from the snapshot
+    s = job(2, 4, lambda r: [collective("all_reduce")] * K, skip=range(4, 8))
+    s = replace(s, nodes=(s.nodes[0], replace(s.nodes[1], status="timeout", message="deadline")))
+    a = diagnose(s)
+    assert a.missing_ranks == ()
+    assert a.unknown_ranks == (4, 5, 6, 7)
+    assert kinds(a) == ["all_waiting", "incomplete"]
+    assert any("confidence lowered" in e for e in a.verdicts[0].evidence)
+
+
+def test_missing_rank_on_a_reporting_node_next_to_a_failed_node() -> None:
+    # node001 reported ranks 0-2 of its block 0-3, node002 failed: 3 is missing, 4-7 unknown
+    s = job(2, 4, lambda r: [collective("all_reduce")] * K, skip=[3, 4, 5, 6, 7])
+    s = replace(s, nodes=(s.nodes[0], replace(s.nodes[1], status="unreachable")))
+    a = diagnose(s)
+    assert a.missing_ranks == (3,)
+    assert a.unknown_ranks == (4, 5, 6, 7)
+    assert hang(a).kind == "missing_rank" and hang(a).culprit_ranks == (3,)
+
+
+# --------------------------------------------------------------------------------- all waiting
+
+
+def test_every_rank_in_the_same_collective_points_below_python() -> None:
+    a = diagnose(job(4, 2, lambda r: [collective("all_reduce")] * K))
+    assert kinds(a) == ["all_waiting"]
+    v = a.verdicts[0]
+    assert v.severity == "critical" and v.culprit_ranks == ()
+    assert v.sites == (f"{TRAIN}:50",)
+    assert "Flight Recorder" in (v.next_step or "")
+
+
+def test_every_rank_busy_at_one_line_is_reported_as_stuck_together() -> None:
+    # NCCL collectives are asynchronous: hung ranks show up at the next sync, e.g. .item()
+    s = job(2, 2, lambda r: [in_user(77)] * K, overrides={r: {"active": True} for r in range(4)})
+    a = diagnose(s)
+    assert kinds(a) == ["all_waiting"]
+    assert a.verdicts[0].severity == "warning"
+    assert "asynchronous" in a.verdicts[0].summary
+
+
+def test_every_rank_sleeping_together_is_idle_info() -> None:
+    s = job(
+        2,
+        2,
+        lambda r: [in_user(70)] * K,
+        overrides={r: {"wchan": "hrtimer_nanosleep"} for r in range(4)},
+    )
+    a = diagnose(s)
+    assert [(v.kind, v.severity) for v in a.verdicts] == [("idle", "info")]
+
+
+# --------------------------------------------------------------------------------- progress
+
+
+def test_healthy_slow_job_is_only_progressing() -> None:
+    # GIVEN ranks alternating between sleep/compute and all_reduce across the samples
+    def stacks(r: int) -> list:
+        phase = r % 2
+        return [in_user(44) if (i + phase) % 2 else collective("all_reduce") for i in range(K)]
+
+    s = job(4, 2, stacks, overrides={r: {"wchan": "hrtimer_nanosleep"} for r in range(8)})
+    a = diagnose(s)
+    assert [(v.kind, v.severity) for v in a.verdicts] == [("progressing", "info")]
+
+
+def test_healthy_job_all_in_step_together_is_progressing() -> None:
+    def stacks(r: int) -> list:
+        return [collective("all_reduce"), in_user(44), in_user(44)]
+
+    a = diagnose(job(2, 2, stacks))
+    assert [(v.kind, v.severity) for v in a.verdicts] == [("progressing", "info")]
+
+
+def test_every_rank_moving_is_progressing() -> None:
+    def stacks(r: int) -> list:
+        return [spinning_in("forward", 10 + (i + r) % 4) for i in range(K)]
+
+    a = diagnose(job(2, 3, stacks, overrides={r: {"active": True} for r in range(6)}))
+    assert [(v.kind, v.severity) for v in a.verdicts] == [("progressing", "info")]
+
+
+def test_one_sample_only_turns_hang_verdicts_into_warnings() -> None:
+    s = job(1, 4, lambda r: [collective("barrier", 53) if r == 2 else collective("all_reduce")])
+    v = hang(diagnose(s))
+    assert (v.kind, v.severity, v.culprit_ranks) == ("mismatched_collective", "warning", (2,))
+    assert any("one sample" in e for e in v.evidence)
+
+
+# --------------------------------------------------------------------------------- shapes
+
+
+def test_single_node_ragged_and_unidentified() -> None:
+    s = snap(
+        node(
+            "solo",
+            *[rank(r, *[collective("all_reduce")] * K, world=3) for r in (0, 1)],
+            rank(2, *[dataloader_wait()] * K, world=3),
+            rank(None, in_user(1), pid=55),
+        ),
+    )
+    a = diagnose(s)
+    v = hang(a)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,))
+    assert any("without a rank" in n for n in a.notes)
+
+
+def test_ragged_ranks_per_node() -> None:
+    s = job(3, [3, 5, 1], lambda r: [dataloader_wait() if r == 8 else collective("all_reduce")] * K)
+    v = hang(diagnose(s))
+    assert (v.kind, v.culprit_ranks) == ("straggler", (8,))
+
+
+def test_empty_snapshot_is_incomplete() -> None:
+    a = diagnose(snap())
+    assert [(v.kind, v.severity) for v in a.verdicts] == [("incomplete", "warning")]
+    assert a.tree is None and a.classes == ()
+
+
+def test_nodes_without_ranks_give_no_ranks() -> None:
+    a = diagnose(snap(node("n1"), node("n2")))
+    assert [(v.kind, v.severity) for v in a.verdicts] == [("no_ranks", "warning")]
+
+
+def test_only_unidentified_processes_are_incomplete() -> None:
+    a = diagnose(snap(node("n1", rank(None, in_user(3), pid=9))))
+    assert kinds(a) == ["incomplete"]
+
+
+def test_rank_views_carry_status_and_site() -> None:
+    s = job(1, 2, lambda r: [dataloader_wait() if r == 1 else collective("all_reduce")] * K)
+    a = diagnose(s)
+    assert [(v.rank, v.status, v.kind, v.op) for v in a.ranks] == [
+        (0, "waiting", "collective", "all_reduce"),
+        (1, "blocked", "data_loading", None),
+    ]
+    assert a.ranks[1].site == f"{TRAIN}:44"
+    assert a.samples == K
+
+
+def test_verdicts_are_deterministic_and_independent_of_node_order() -> None:
+    s = job(
+        4, 4, lambda r: [collective("barrier", 53) if r in (3, 9) else collective("all_reduce")] * K
+    )
+    first = diagnose(s)
+    nodes = list(s.nodes)
+    random.Random(1).shuffle(nodes)
+    shuffled = diagnose(Snapshot(job=s.job, nodes=tuple(nodes)))
+    assert first.verdicts == shuffled.verdicts == diagnose(s).verdicts
+    assert first.verdicts[0].culprit_ranks == (3, 9)
+
+
+def test_critical_first_then_warning_then_info() -> None:
+    s = job(1, 2, lambda r: [collective("all_reduce")] * K)
+    s = replace(s, nodes=(*s.nodes, node("n9", status="timeout")), job=replace(s.job, nodes=()))
+    order = [v.severity for v in diagnose(s).verdicts]
+    assert order == sorted(order, key=["critical", "warning", "info"].index)
+
+
+def test_analyze_is_diagnose() -> None:
+    assert analyze is diagnose
+
+
+def test_rank_py_spy_could_not_read_while_all_others_wait_is_the_suspect() -> None:
+    unreadable = Sample(t=0.0, error="Error: Failed to suspend process")
+    s = job(
+        1,
+        4,
+        lambda r: [unreadable] * K if r == 2 else [collective("all_reduce")] * K,
+    )
+    v = hang(diagnose(s))
+    assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "warning", (2,))
+    assert any("Failed to suspend" in e for e in v.evidence)
+
+
+def test_flight_recorder_verdicts_join_the_analysis() -> None:
+    fr = Path(__file__).resolve().parent.parent / "fixtures" / "flight_recorder"
+    dumps = {str(r): (fr / f"local_gloo_torch2.13_hook_rank{r}.json").read_text() for r in range(3)}
+    s = replace(
+        job(1, 3, lambda r: [collective("all_reduce")] * K), flight_recorder={"dumps": dumps}
+    )
+    a = diagnose(s)
+    assert "flight_recorder_mismatch" in kinds(a)
+    assert any("see flight_recorder_mismatch" in e for e in a.verdicts[0].evidence)
+
+
+def test_watchdog_timeout_in_the_log_of_a_progressing_job_is_a_warning() -> None:
+    line = (
+        "[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out."
+    )
+    finding = LogFinding("job.out", 3, "watchdog_timeout", line, rank=1)
+    s = replace(
+        job(1, 2, lambda r: [collective("all_reduce"), in_user(44), in_user(44)]),
+        log_findings=(finding,),
+    )
+    assert [(v.kind, v.severity) for v in diagnose(s).verdicts] == [
+        ("watchdog_timeout", "warning"),
+        ("progressing", "info"),
+    ]
