@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from slurmdiag.parsers.job_log import parse_python_tracebacks, parse_srun_task_exits
 from slurmdiag.parsers.nccl_log import parse_nccl_log
 from slurmdiag.snapshot import Job, LogFinding
 
@@ -38,4 +39,6 @@ def findings_from_job_logs(job: Job) -> tuple[LogFinding, ...]:
         text = read_head_and_tail(path)
         if text:
             findings.extend(parse_nccl_log(text, source=path))
+            findings.extend(parse_srun_task_exits(text, source=path))
+            findings.extend(parse_python_tracebacks(text, source=path))
     return tuple(findings)

@@ -57,9 +57,10 @@ from slurmdiag.analysis.stacks import (
     StackMerge,
     format_int_ranges,
     function_site,
+    is_user_file,
     merge_stacks,
 )
-from slurmdiag.snapshot import Snapshot, Verdict
+from slurmdiag.snapshot import LogFinding, Snapshot, Verdict
 
 __all__ = ["HANG_KINDS", "diagnose"]
 
@@ -904,6 +905,34 @@ def _with_evidence(verdict: Verdict, lines: Iterable[str]) -> Verdict:
 # entry point
 
 
+def _innermost_user_site(finding: LogFinding) -> str:
+    for entry in reversed(finding.fields.get("frames", "").splitlines()):
+        path, _, rest = entry.partition(":")
+        if path and is_user_file(path):
+            return f"{path}:{rest.partition(':')[0]}"
+    return finding.fields.get("site", "")
+
+
+def _with_exit_evidence(snapshot: Snapshot, verdict: Verdict) -> Verdict:
+    """Where a rank that is gone went away: srun's task exit and its traceback in the job log."""
+    ranks = set(verdict.culprit_ranks)
+    exits = [f for f in snapshot.log_findings if f.kind == "task_exit" and f.rank in ranks]
+    tracebacks = [f for f in snapshot.log_findings if f.kind == "traceback"]
+    # A traceback is the dead rank's when its prefix says so; an unprefixed one only when it
+    # is the only kind in the log (several ranks' unlabelled tracebacks cannot be told apart).
+    own = [f for f in tracebacks if f.rank in ranks]
+    if not own:
+        unlabelled = [f for f in tracebacks if f.rank is None]
+        if len({_innermost_user_site(f) for f in unlabelled}) == 1:
+            own = unlabelled[:1]
+    sites = tuple(dict.fromkeys(_innermost_user_site(f) for f in own if _innermost_user_site(f)))
+    evidence = [f"{f.source}:{f.line_no}: {f.text}" for f in exits[:4]]
+    evidence += [f"traceback in {f.source}:{f.line_no}: {f.text}" for f in own[:2]]
+    if not evidence:
+        return verdict
+    return replace(verdict, sites=verdict.sites or sites, evidence=tuple(evidence) + verdict.evidence)
+
+
 def diagnose(snapshot: Snapshot) -> Analysis:
     """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
     merge = merge_stacks(snapshot)
@@ -911,6 +940,7 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     statuses = [_status(merge, d) for d in merge.digests]
     hang, hung = _hang_verdicts(snapshot, merge, statuses, layout)
 
+    hang = [_with_exit_evidence(snapshot, v) if v.kind == "missing_rank" else v for v in hang]
     disagreement = watchdog_disagreement(snapshot)
     if disagreement:
         hang = [

@@ -1,0 +1,84 @@
+"""Diagnosis from real attaches: the verdict names the culprit ranks, site and kind of every scenario."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scenarios.launch import scenario_names
+from slurmdiag.api import attach_job
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+HANG_SEVERITIES = ("critical", "warning")
+HANG_SCENARIOS = [n for n in scenario_names() if n != "healthy_slow"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def start_every_scenario(scenario_run):
+    scenario_run.start()
+
+
+def top_verdict(snapshot):
+    hangs = [v for v in snapshot.verdicts if v.severity in HANG_SEVERITIES]
+    assert hangs, [(v.kind, v.severity, v.summary) for v in snapshot.verdicts]
+    return hangs[0]
+
+
+@pytest.mark.parametrize("scenario", HANG_SCENARIOS)
+def test_verdict_names_culprit_ranks_site_and_kind(scenario_run, scenario):
+    # GIVEN a real hung job with a written ground truth
+    run = scenario_run(scenario)
+    truth = run.truth
+    # WHEN attached to as an on-call engineer would (defaults: 3 samples, strace)
+    snapshot = attach_job(run.job_id, write=False).snapshot
+    verdict = top_verdict(snapshot)
+    # THEN the first hang verdict has the expected kind and exactly the culprit ranks
+    assert verdict.kind == truth["expected_kind"], verdict
+    assert list(verdict.culprit_ranks) == truth["culprit_ranks"], verdict
+    # AND it points at the culprit line (or, for a moving rank, its function)
+    expected = truth.get("culprit_site") or truth.get("culprit_function")
+    assert any(site.endswith(expected) for site in verdict.sites), (expected, verdict.sites)
+    assert verdict.next_step
+
+
+def test_healthy_job_is_never_flagged_across_five_attaches(scenario_run):
+    # GIVEN the healthy, slow control job
+    run = scenario_run("healthy_slow")
+    for attempt in range(5):
+        snapshot = attach_job(run.job_id, write=False).snapshot
+        flagged = [v for v in snapshot.verdicts if v.severity in HANG_SEVERITIES]
+        # THEN no attach ever reports a hang
+        assert flagged == [], (attempt, [(v.kind, v.summary) for v in flagged])
+
+
+def test_verdicts_in_terminal_output_json_and_report(scenario_run, tmp_path):
+    # GIVEN a hung job
+    run = scenario_run("rank_gated_collective")
+    out = tmp_path / "out"
+    # WHEN the CLI attaches with its defaults (summary on the terminal, files in --out)
+    result = subprocess.run([sys.executable, "-m", "slurmdiag.cli", "attach", run.job_id,
+                             "--out", str(out)], capture_output=True, text=True, timeout=120,
+                            cwd=REPO, env={**__import__("os").environ, "NO_COLOR": "1"})
+    assert result.returncode == 0, result.stderr
+    # THEN the terminal summary starts with the verdict naming the culprit and its site
+    site = run.truth["culprit_site"]
+    assert "mismatched_collective" in result.stdout
+    assert Path(site.split(":")[0]).name in result.stdout
+    assert "\x1b[" not in result.stdout  # NO_COLOR
+    # AND the saved snapshot carries the same verdicts, and the report exists
+    saved = json.loads((out / "snapshot.json").read_text())
+    assert saved["verdicts"][0]["kind"] == "mismatched_collective"
+    assert saved["verdicts"][0]["culprit_ranks"] == run.truth["culprit_ranks"]
+    assert saved["report"] == str(out / "report.html") and (out / "report.html").exists()
+    # AND --json prints the snapshot with its verdicts on stdout
+    as_json = subprocess.run([sys.executable, "-m", "slurmdiag.cli", "attach", run.job_id,
+                              "--json", "--no-report", "--samples", "2", "--out", str(tmp_path / "j")],
+                             capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["verdicts"][0]["culprit_ranks"] == run.truth["culprit_ranks"]
