@@ -199,3 +199,28 @@ def test_console_check_sees_a_script_the_policy_blocked(tmp_path: Path) -> None:
     lines = console_lines(done.stderr)
     assert any("Content Security Policy" in line for line in lines), done.stderr[-2000:]
     assert not any('"ran"' in line for line in lines)
+
+
+@pytest.mark.cluster
+def test_report_of_a_real_attach_renders_and_names_the_culprit(scenario_run, tmp_path: Path) -> None:
+    # GIVEN the report `slurmdiag attach` wrote for a real hung job on the local cluster
+    from slurmdiag.api import attach_job
+
+    run = scenario_run("rank_gated_collective")
+    result = attach_job(run.job_id, out_dir=tmp_path / "attach")
+    page = Path(result.snapshot.report or "")
+    assert page.exists()
+    # WHEN chromium loads it from file://
+    done = run_chromium("--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = Dom(done.stdout)
+    # THEN nothing went to the console, and the first banner names the scenario's culprit
+    assert console_lines(done.stderr) == []
+    assert dom.banners[0]["data-culprits"] == format_int_ranges(run.truth["culprit_ranks"])
+    site_file = Path(run.truth["culprit_site"].split(":")[0]).name
+    assert any(site_file in text for text in dom.texts["source"] + dom.texts["*"])
+    # AND a screenshot is kept as a test artifact
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    screenshot = ARTIFACTS / "real_rank_gated_collective.png"
+    shot = run_chromium(f"--screenshot={screenshot}", "--window-size=1400,2000", page.as_uri())
+    assert shot.returncode == 0 and screenshot.read_bytes().startswith(b"\x89PNG")
