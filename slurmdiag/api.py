@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurmdiag._version import __version__
+from slurmdiag.analysis.model import Analysis
 from slurmdiag.assemble import flight_recorder_section, node_from_outcome
 from slurmdiag.errors import SlurmdiagError, UsageError
 from slurmdiag.logs import findings_from_job_logs
@@ -25,6 +26,7 @@ class AttachResult:
     """A snapshot plus what attach wrote and what it had to say on the way."""
 
     snapshot: Snapshot
+    analysis: Analysis
     out_dir: Path | None
     warnings: tuple[str, ...] = ()
 
@@ -108,54 +110,14 @@ def collect_snapshot(
     return snapshot, list(fanout.warnings)
 
 
-def analyze_snapshot(snapshot: Snapshot) -> Snapshot:
-    """Fill ``verdicts`` from the stacks (pure)."""
-    from slurmdiag.analysis import analyze
-
-    return dataclasses.replace(snapshot, verdicts=tuple(analyze(snapshot).verdicts))
-
-
-def read_source_lines(sites: list[str], max_files: int = 64) -> dict[str, str]:
-    """Source text of ``file:line`` sites this user can read (shown in the report's banner)."""
-    lines: dict[str, str] = {}
-    cache: dict[str, list[str] | None] = {}
-    for site in sites:
-        path, _, line_text = site.rpartition(":")
-        if not path or not line_text.isdigit():
-            continue
-        if path not in cache:
-            if len(cache) >= max_files:
-                continue
-            try:
-                with open(path, encoding="utf-8", errors="replace") as fh:
-                    cache[path] = fh.read(4 * 1024 * 1024).splitlines()
-            except OSError:
-                cache[path] = None
-        content = cache[path]
-        number = int(line_text)
-        if content is not None and 0 < number <= len(content):
-            lines[site] = content[number - 1].strip()
-    return lines
-
-
-def write_report_file(snapshot: Snapshot, path: Path, mode: int = 0o640) -> Path:
-    """Analyse, render and atomically write the HTML report of ``snapshot``."""
-    from slurmdiag.analysis import analyze
-    from slurmdiag.report.render import render_html, write_report
-
-    analysis = analyze(snapshot)
-    sites = [site for verdict in analysis.verdicts for site in verdict.sites]
-    html = render_html(snapshot, analysis, source_lines=read_source_lines(sites))
-    return write_report(html, path, mode=mode)
-
-
 def default_out_dir(job_id: str) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path.cwd() / f"slurmdiag-{job_id}-{stamp}"
 
 
 def write_outputs(
-    snapshot: Snapshot, out_dir: Path, *, report: bool = True, mode: int = 0o640
+    snapshot: Snapshot, out_dir: Path, analysis: Analysis, *, report: bool = True,
+    mode: int = 0o640,
 ) -> Snapshot:
     """Write snapshot.json (and report.html) into out_dir; returns the snapshot with its report."""
     try:
@@ -166,9 +128,11 @@ def write_outputs(
             hint="choose another place with --out DIR",
         ) from None
     if report:
+        from slurmdiag.report.render import write_snapshot_report
+
         report_path = out_dir / "report.html"
         snapshot = dataclasses.replace(snapshot, report=str(report_path))
-        write_report_file(snapshot, report_path, mode=mode)
+        write_snapshot_report(snapshot, report_path, analysis, mode=mode)
     # Same mode as the report: a snapshot holds the same stacks and paths.
     tmp = out_dir / ".snapshot.json.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -188,13 +152,18 @@ def attach_job(
     **options,
 ) -> AttachResult:
     """The whole attach: collect, analyse, write; used by the CLI and the watchdog."""
+    from slurmdiag.analysis import analyze
+
     snapshot, warnings = collect_snapshot(str(job_id), **options)
-    snapshot = analyze_snapshot(snapshot)
+    analysis = analyze(snapshot)
+    snapshot = dataclasses.replace(snapshot, verdicts=tuple(analysis.verdicts))
     target: Path | None = None
     if write:
         target = Path(out_dir) if out_dir is not None else default_out_dir(snapshot.job.id)
-        snapshot = write_outputs(snapshot, target, report=report)
-    return AttachResult(snapshot=snapshot, out_dir=target, warnings=tuple(warnings))
+        snapshot = write_outputs(snapshot, target, analysis, report=report)
+    return AttachResult(
+        snapshot=snapshot, analysis=analysis, out_dir=target, warnings=tuple(warnings)
+    )
 
 
 def attach(job_id: str | int, *, out_dir: str | Path | None = None, write: bool = False, **options) -> Snapshot:

@@ -119,7 +119,6 @@ def _progress_printer():
 
 
 def _run_attach(args: argparse.Namespace) -> int:
-    from slurmdiag.analysis import analyze
     from slurmdiag.api import attach_job
     from slurmdiag.report.terminal import format_summary, should_color
 
@@ -157,7 +156,7 @@ def _run_attach(args: argparse.Namespace) -> int:
     else:
         lines = format_summary(
             snapshot,
-            analyze(snapshot),
+            result.analysis,
             color=should_color(sys.stdout, os.environ),
             report_path=snapshot.report,
         )
@@ -179,8 +178,8 @@ def _run_attach(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from slurmdiag.api import write_report_file
     from slurmdiag.errors import ParseError
+    from slurmdiag.report.render import write_snapshot_report
     from slurmdiag.snapshot import Snapshot
 
     source = Path(args.snapshot)
@@ -193,7 +192,11 @@ def _run_report(args: argparse.Namespace) -> int:
     except ParseError as exc:
         raise ParseError(f"{source}: {exc.message}", hint=exc.hint) from None
     output = Path(args.output) if args.output else source.with_name("report.html")
-    written = write_report_file(snapshot, output)
+    try:
+        written = write_snapshot_report(snapshot, output)
+    except OSError as exc:
+        raise SlurmdiagError(f"cannot write {output}: {exc.strerror}",
+                             hint="choose another file with -o") from None
     print(f"report: {written}", file=sys.stderr)
     return 0
 

@@ -277,7 +277,9 @@ class Snapshot:
                 f"snapshot schema {schema!r} is not supported (this slurmdiag reads {SCHEMA_VERSION})",
                 hint="upgrade slurmdiag to read snapshots written by a newer version",
             )
-        return from_jsonable(cls, data)
+        # Thousands of ranks share the same frames: one Frame object per distinct frame keeps a
+        # large snapshot's memory (and the analysis' hashing) small.
+        return from_jsonable(cls, data, frames={})
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
@@ -303,6 +305,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 _HINTS_CACHE: dict[type, dict[str, Any]] = {}
+_FRAME_FIELDS = tuple(f.name for f in dataclasses.fields(Frame))
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -313,19 +316,28 @@ def _hints(cls: type) -> dict[str, Any]:
     return hints
 
 
-def from_jsonable(tp: Any, value: Any) -> Any:
-    """Build an instance of type ``tp`` from plain JSON values (the inverse of to_jsonable)."""
+def from_jsonable(tp: Any, value: Any, frames: dict[tuple, Frame] | None = None) -> Any:
+    """Build an instance of type ``tp`` from plain JSON values (the inverse of to_jsonable).
+
+    ``frames``, when given, interns Frame objects by value.
+    """
     if value is None:
         return None
+    if tp is Frame and frames is not None and isinstance(value, dict):
+        key = tuple(value.get(name) for name in _FRAME_FIELDS)
+        frame = frames.get(key)
+        if frame is None:
+            frame = frames[key] = from_jsonable(Frame, value)
+        return frame
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         options = [a for a in typing.get_args(tp) if a is not type(None)]
         for option in options:
             if dataclasses.is_dataclass(option) and isinstance(value, dict):
-                return from_jsonable(option, value)
+                return from_jsonable(option, value, frames)
         for option in options:
             if _matches(option, value):
-                return from_jsonable(option, value)
+                return from_jsonable(option, value, frames)
         return value
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, dict):
@@ -334,7 +346,7 @@ def from_jsonable(tp: Any, value: Any) -> Any:
         kwargs = {}
         for f in dataclasses.fields(tp):
             if f.name in value:
-                kwargs[f.name] = from_jsonable(hints[f.name], value[f.name])
+                kwargs[f.name] = from_jsonable(hints[f.name], value[f.name], frames)
         try:
             return tp(**kwargs)
         except TypeError as exc:
@@ -342,11 +354,11 @@ def from_jsonable(tp: Any, value: Any) -> Any:
     if origin is tuple:
         args = typing.get_args(tp)
         item_type = args[0] if args else Any
-        return tuple(from_jsonable(item_type, v) for v in value)
+        return tuple(from_jsonable(item_type, v, frames) for v in value)
     if origin is dict:
         args = typing.get_args(tp)
         item_type = args[1] if len(args) == 2 else Any
-        return {k: from_jsonable(item_type, v) for k, v in value.items()}
+        return {k: from_jsonable(item_type, v, frames) for k, v in value.items()}
     if tp is float and isinstance(value, int):
         return float(value)
     return value

@@ -346,16 +346,27 @@ def read_source_lines(frames: Iterable[tuple[str, int | None]], *, max_files: in
     return found
 
 
+def write_snapshot_report(
+    snapshot: Snapshot,
+    out_path: str | os.PathLike[str],
+    analysis: Analysis | None = None,
+    mode: int = 0o640,
+) -> Path:
+    """Analyse (unless given), read the culprit source lines, render and write atomically."""
+    if analysis is None:
+        from slurmdiag.analysis import analyze  # the analysis package is heavier; load on use
+
+        analysis = analyze(snapshot)
+    source_lines = read_source_lines(source_frames(analysis))
+    return write_report(render_html(snapshot, analysis, source_lines=source_lines), out_path, mode)
+
+
 def render_report_file(
     snapshot_path: str | os.PathLike[str], out_path: str | os.PathLike[str], mode: int = 0o640
 ) -> Path:
-    """Load a saved snapshot, analyse it, render and write the report (``slurmdiag report``)."""
-    from slurmdiag.analysis import analyze  # the analysis package is heavier; load on use
-
+    """Load a saved snapshot and write its report (``slurmdiag report``)."""
     snapshot = Snapshot.from_json(Path(snapshot_path).read_text(encoding="utf-8"))
-    analysis = analyze(snapshot)
-    source_lines = read_source_lines(source_frames(analysis))
-    return write_report(render_html(snapshot, analysis, source_lines=source_lines), out_path, mode)
+    return write_snapshot_report(snapshot, out_path, mode=mode)
 
 
 def source_frames(analysis: Analysis) -> list[tuple[str, int | None]]:
