@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmdiag.analysis.stacks import is_user_file
 from slurmdiag.errors import ParseError
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Verdict
@@ -183,8 +184,7 @@ def _user_site(frames: tuple[str, ...]) -> str | None:
     """The innermost frame outside torch and the standard library, as ``file:line``."""
     for text in frames:
         _, _, location = text.partition(" at ")
-        if location and "/torch/" not in location and "site-packages" not in location \
-                and "/lib/python" not in location and not location.startswith("<"):
+        if location and is_user_file(location.rpartition(":")[0]):
             return location
     return None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from slurmdiag.analysis.model import finding as _verdict
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Gpu, Node, Snapshot, Verdict
 
@@ -145,23 +146,6 @@ def _ranks_for(node: Node, indexes: Iterable[int | None]) -> tuple[int, ...]:
     return tuple(sorted({r for i in indexes if i is not None for r in mapping.get(i, ())}))
 
 
-def _verdict(
-    kind: str,
-    severity: str,
-    summary: str,
-    ranks: Iterable[int] = (),
-    evidence: Iterable[str] = (),
-    next_step: str | None = None,
-) -> Verdict:
-    return Verdict(
-        kind=kind,
-        severity=severity,
-        summary=summary,
-        culprit_ranks=tuple(sorted(set(ranks))),
-        sites=(),
-        evidence=tuple(evidence),
-        next_step=next_step,
-    )
 
 
 _STEP_DRAIN = (

@@ -6,6 +6,7 @@ produces are also stored back into the snapshot (``Snapshot.verdicts``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slurmdiag.snapshot import Frame, Verdict
@@ -78,3 +79,23 @@ class Analysis:
     samples: int = 0  # most samples any rank yielded
     verdicts: tuple[Verdict, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def finding(
+    kind: str,
+    severity: str,
+    summary: str,
+    ranks: Iterable[int] = (),
+    evidence: Iterable[str] = (),
+    next_step: str | None = None,
+) -> Verdict:
+    """A NIC/GPU/log finding: a Verdict without a code site."""
+    return Verdict(
+        kind=kind,
+        severity=severity,
+        summary=summary,
+        culprit_ranks=tuple(sorted(set(ranks))),
+        sites=(),
+        evidence=tuple(evidence),
+        next_step=next_step,
+    )

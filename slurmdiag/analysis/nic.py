@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from slurmdiag.analysis.model import finding as _verdict
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Interface, LogFinding, Node, Snapshot, Verdict
 
@@ -167,23 +168,6 @@ class _Hosts:
 # findings
 
 
-def _verdict(
-    kind: str,
-    severity: str,
-    summary: str,
-    ranks: Iterable[int] = (),
-    evidence: Iterable[str] = (),
-    next_step: str | None = None,
-) -> Verdict:
-    return Verdict(
-        kind=kind,
-        severity=severity,
-        summary=summary,
-        culprit_ranks=tuple(sorted(set(ranks))),
-        sites=(),
-        evidence=tuple(evidence),
-        next_step=next_step,
-    )
 
 
 _STEP_IFNAME = (
