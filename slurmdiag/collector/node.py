@@ -2,31 +2,41 @@
 
 Stdlib only, python3.8+, never imports slurmdiag. The controller runs it as
 ``python3 -I -S -c <this source> <args-json>`` in one ``srun --overlap`` step (or over ssh), one
-task per node. Every node pays its start-up, so modules are imported only where they are needed.
+task per node. Every node pays its start-up, and on an emulated cluster all nodes share one host,
+so the normal path imports only C modules: not json, subprocess, threading or signal (each pulls
+in re, enum, locale or more, ~5-10 ms per node). One thread runs everything (see "running tools").
 
 Phases: find the job's processes (scontrol listpids, else /proc environ) -> rank identity from
 environ -> K rounds of ``py-spy dump --json`` (ranks in parallel) -> ``strace -c`` (after py-spy:
 the two conflict) -> GPUs, NICs, sockets. Nothing blocks past ``deadline_s``: phases shrink or are
-skipped and say so in "errors", and a watchdog emits whatever exists just before the deadline.
+skipped and say so in "errors", and a SIGALRM just before the deadline emits whatever exists.
 
-stdout carries only frames (see _frame_lines): ``@SDG1-HELLO <node> <pid>``, then the document as
+stdout carries only frames (see frame_lines): ``@SDG1-HELLO <node> <pid>``, then the document as
 base64(zlib(json)) cut into ``@SDG1 <node> <seq> <total> <crc32> <chunk>`` lines, each written with
 one os.write so that srun's merging of many nodes' stdout cannot cut a line.
 """
 
-import json
+import _signal  # the C module; signal.py imports enum
 import os
+import select
 import sys
 import time
+
+try:
+    import _json  # json's C accelerator: the json package itself imports re and enum
+except ImportError:  # an interpreter built without it: see dumps() and loads()
+    _json = None
 
 FORMAT = 1
 COLLECTOR_VERSION = "1"
 CHUNK_CHARS = 600
-# Time kept back from the deadline for joining threads, encoding and writing the frames.
+# Time kept back from the deadline for ending tools, encoding and writing the frames.
 FINISH_RESERVE_S = 0.4
-# The watchdog fires this long before the deadline if the main thread has not emitted yet.
+# The watchdog (SIGALRM) fires this long before the deadline if the document is not out yet.
 WATCHDOG_MARGIN_S = 0.15
 MARKER_ENV = "SLURMDIAG_COLLECTOR"
+# Their handlers emit the document and exit (see main).
+HANDLED_SIGNALS = (_signal.SIGALRM, _signal.SIGTERM, _signal.SIGHUP)
 
 SKIP_COMMS = frozenset(
     [
@@ -112,86 +122,281 @@ class Clock:
         return self.deadline - FINISH_RESERVE_S - time.monotonic()
 
 
+# ---------------------------------------------------------------- JSON
+# With the C accelerator _json directly, as json.dumps/json.loads would call it. The json package
+# is imported only when _json is missing or refuses the call, and to word a decoding error.
+
+
+def dumps(obj):
+    """``json.dumps(obj, separators=(",", ":"), default=str)``: compact, ASCII, NaN allowed."""
+    if _json is not None:
+        try:
+            # Arguments as json.encoder.JSONEncoder.iterencode passes them (3.8 to 3.13):
+            # markers, default, encoder, indent, key and item separators, sort_keys, skipkeys,
+            # allow_nan. The encoder returns the text in chunks.
+            encode = _json.make_encoder(
+                {}, str, _json.encode_basestring_ascii, None, ":", ",", False, False, True
+            )
+        except TypeError:  # another signature on a future Python
+            encode = None
+        if encode is not None:
+            return "".join(encode(obj, 0))
+    import json
+
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+_JSON_CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": -float("inf")}
+
+
+class _ScanContext:
+    """The settings json.decoder.JSONDecoder hands _json.make_scanner (json.loads' defaults)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = _JSON_CONSTANTS.__getitem__
+
+
+def loads(text):
+    """``json.loads(text)`` for a str; raises ValueError (json's own message) if it is not JSON."""
+    if _json is not None:
+        whitespace = " \t\n\r"  # json's WHITESPACE
+        try:
+            start = len(text) - len(text.lstrip(whitespace))
+            value, end = _json.make_scanner(_ScanContext)(text, start)
+            if not text[end:].strip(whitespace):
+                return value
+        except (StopIteration, ValueError):
+            pass  # json.loads below says what is wrong, in its words
+    import json
+
+    return json.loads(text)
+
+
 # ---------------------------------------------------------------- running tools
+#
+# One thread and no subprocess module: tools are started with os.posix_spawn and watched by one
+# select.poll loop (_pump). Code that waits for tools is written as generators, "tasks", that
+# yield the Tool they wait for; the loop resumes a task when its tool has ended, or at the tool's
+# wake_at time. So py-spy runs for several ranks at once, strace for all ranks, and nvidia-smi on
+# the side, all from the one thread.
 
-# Tools still running (pid -> Popen), so that the watchdog or SIGTERM can end them (strace!).
-_LIVE = {}  # type: dict[int, object]
-_LIVE_LOCK = None
-
-
-def _lock():
-    global _LIVE_LOCK
-    if _LIVE_LOCK is None:
-        import threading
-
-        _LIVE_LOCK = threading.Lock()
-    return _LIVE_LOCK
+_LIVE = {}  # pid -> Tool still running: the deadline alarm and SIGTERM end them (strace!)
+_TASKS = []  # tasks that have not returned yet, foreground and background ones
+_READERS = {}  # read end of a tool's pipe -> (Tool, list the chunks read go to)
+_POLL = select.poll()
+_ENV = {}
 
 
 def _child_env():
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"  # strace -c prints decimals with the locale's separator
-    env[MARKER_ENV] = "1"  # our own tools are never mistaken for job processes
-    return env
+    if not _ENV:
+        _ENV.update(os.environ)
+        _ENV["LC_ALL"] = "C"  # strace -c prints decimals with the locale's separator
+        _ENV[MARKER_ENV] = "1"  # our own tools are never mistaken for job processes
+    return _ENV
 
 
-def _start(argv, stderr_to_stdout=False):
-    import subprocess
+def _spawn(argv, out_fd, err_fd):
+    """Start ``argv`` with stdin /dev/null, stdout/stderr on the given pipe ends; its pid."""
+    actions = [
+        (os.POSIX_SPAWN_DUP2, out_fd, 1),  # the targets of dup2 are inheritable, pipes are not
+        (os.POSIX_SPAWN_DUP2, err_fd, 2),
+        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+    ]
+    # Python ignores SIGPIPE and SIGXFSZ, and exec keeps that: give tools the defaults back (as
+    # subprocess does), and SIGINT too, which is what stops strace.
+    # Nothing blocked in the tool either (the caller blocks our handled signals meanwhile).
+    signals = {"setsigdef": (_signal.SIGPIPE, _signal.SIGXFSZ, _signal.SIGINT), "setsigmask": ()}
+    env = _child_env()
+    try:  # a session of its own: a timeout kills the tool's whole process group
+        return os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True, **signals)
+    except NotImplementedError:  # glibc < 2.26 has no POSIX_SPAWN_SETSID: a group will do
+        return os.posix_spawnp(argv[0], argv, env, file_actions=actions, setpgroup=0, **signals)
 
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if stderr_to_stdout else subprocess.PIPE,
-        env=_child_env(),
-        start_new_session=True,  # a timeout kills the tool's whole process group
-    )
-    with _lock():
-        _LIVE[proc.pid] = proc
-    return proc
 
+class Tool:
+    """A started tool: what it wrote so far, when it gets killed, when its task wants to resume."""
 
-def _finish(proc, timeout):
-    """Wait for ``proc`` up to ``timeout``; kill its group if late. Returns (rc, out, err, note)."""
-    import subprocess
-
-    note = None
-    try:
-        out, err = proc.communicate(timeout=max(timeout, 0.01))
-    except subprocess.TimeoutExpired:
-        note = f"timed out after {timeout:.1f} s"
-        _kill_group(proc)
+    def __init__(self, argv, timeout, merge_stderr=False):
+        self.argv = argv
+        self.out, self.err = [], []
+        self.rc = self.note = self.wake_at = None
+        self.done = self.killed = False
+        out_r, out_w = os.pipe()
+        err_r, err_w = (out_r, out_w) if merge_stderr else os.pipe()
+        readers = {err_r: self.err, out_r: self.out}  # merged: one pipe, into out
+        # No handler may run between the spawn and _LIVE: it would not end this tool (strace!).
+        mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, HANDLED_SIGNALS)
         try:
-            out, err = proc.communicate(timeout=1.0)
-        except subprocess.TimeoutExpired:  # stuck in D state: leave it, never block the output
-            out, err = b"", b""
-            note += " and did not exit after SIGKILL"
-    with _lock():
-        _LIVE.pop(proc.pid, None)
-    return proc.returncode, _text(out), _text(err), note
+            self.pid = _spawn(argv, out_w, err_w)
+            _LIVE[self.pid] = self
+        except BaseException:
+            for fd in readers:
+                os.close(fd)
+            raise
+        finally:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+            for fd in {out_w, err_w}:
+                os.close(fd)
+        self.set_timeout(timeout)
+        self.open = len(readers)
+        for fd, chunks in readers.items():
+            _READERS[fd] = (self, chunks)
+            _POLL.register(fd, select.POLLIN)
+
+    def set_timeout(self, timeout):
+        """Kill the tool's process group if it still runs ``timeout`` s from now."""
+        self.timeout = timeout
+        self.kill_at = time.monotonic() + max(timeout, 0.01)
+
+    def result(self):
+        """(returncode, stdout, stderr, note); the note says why the tool was killed, else None."""
+        return self.rc, _text(b"".join(self.out)), _text(b"".join(self.err)), self.note
 
 
-def run(argv, timeout):
-    """Run a tool with a timeout (the one place that waits on tools). Never raises."""
+def _end(tool, rc):
+    tool.rc, tool.done = rc, True
+    _LIVE.pop(tool.pid, None)
+    for fd in [fd for fd, (owner, _) in _READERS.items() if owner is tool]:
+        _close_reader(fd)
+
+
+def _close_reader(fd):
+    _POLL.unregister(fd)
+    os.close(fd)
+    _READERS.pop(fd)[0].open -= 1
+
+
+def _reaped(tool):
+    """Take the exit status of a tool whose pipes are closed; False while it still runs."""
     try:
-        proc = _start(argv)
+        pid, status = os.waitpid(tool.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: what subprocess reports then
+        pid, status = tool.pid, 0
+    if pid == 0:
+        return False
+    _end(tool, -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+    return True
+
+
+def _overdue(tool, now):
+    """SIGKILL a late tool's group; one that has not gone 1 s later is left behind."""
+    if not tool.killed:
+        tool.killed = True
+        tool.note = f"timed out after {tool.timeout:.1f} s"
+        _kill_group(tool.pid)
+        tool.kill_at = now + 1.0
+    else:  # stuck in D state: never block the document on it
+        tool.note += " and did not exit after SIGKILL"
+        del tool.out[:], tool.err[:]
+        _end(tool, None)
+
+
+def _pump(until):
+    """One turn of the tool loop: read output, reap and kill tools; wait at most until ``until``."""
+    now = time.monotonic()
+    wait_until = now + 3600.0 if until is None else until
+    for tool in list(_LIVE.values()):
+        if tool.open == 0 and _reaped(tool):
+            wait_until = now  # a task may go on now
+            continue
+        if now >= tool.kill_at:
+            _overdue(tool, now)
+            if tool.done:
+                wait_until = now
+                continue
+        wait_until = min(wait_until, tool.kill_at, tool.wake_at or wait_until)
+        if tool.open == 0:  # pipes closed: it is exiting; look again very soon
+            wait_until = min(wait_until, now + 0.001)
+    for fd, _ in _POLL.poll(max(0.0, (wait_until - now) * 1000.0)):
+        data = os.read(fd, 65536)
+        if data:
+            _READERS[fd][1].append(data)
+        else:
+            _close_reader(fd)
+
+
+class Task:
+    """A generator run by the tool loop. It yields the Tool it waits for; what it returns (or
+    raises) becomes ``result``. Tasks never call pump_until themselves."""
+
+    def __init__(self, gen):
+        self.gen, self.tool, self.done, self.result = gen, None, False, None
+        _TASKS.append(self)
+        self.step()
+
+    def ready(self, now):
+        tool = self.tool
+        return tool is None or tool.done or (tool.wake_at is not None and now >= tool.wake_at)
+
+    def step(self):
+        try:
+            self.tool = self.gen.send(None)
+        except StopIteration as stop:
+            self.done, self.result = True, stop.value
+        except Exception as exc:  # noqa: BLE001 - a bug for one process must not lose the others
+            self.done, self.result = True, exc
+        if self.done:
+            _TASKS.remove(self)
+
+
+def pump_until(condition, until=None):
+    """Run the tool loop, and every task, until ``condition()`` holds or time ``until`` comes."""
+    while True:
+        now = time.monotonic()
+        for task in _TASKS.copy():  # a task that returns leaves _TASKS
+            if task.ready(now):
+                task.step()
+        if condition() or (until is not None and now >= until) or not (_LIVE or until):
+            return
+        _pump(until)
+
+
+def tool_run(argv, timeout, merge_stderr=False):
+    """Task step: ``rc, out, err, note = yield from tool_run(...)``, killed after ``timeout``."""
+    try:
+        tool = Tool(argv, timeout, merge_stderr)
     except OSError as exc:
         return None, "", "", f"could not start {argv[0]}: {exc.strerror or exc}"
-    return _finish(proc, timeout)
+    yield tool
+    return tool.result()
 
 
-def _kill_group(proc, sig=9):
+def run_tasks(gens, concurrency):
+    """Run the task generators, at most ``concurrency`` at once; their results, in order."""
+    waiting = list(gens)
+    waiting.reverse()
+    tasks, running = [], []
+    while waiting or running:
+        while waiting and len(running) < concurrency:
+            tasks.append(Task(waiting.pop()))
+            running.append(tasks[-1])
+        pump_until(lambda tasks=running: any(task.done for task in tasks))
+        running = [task for task in running if not task.done]
+    return [task.result for task in tasks]
+
+
+def _kill_group(pid, sig=_signal.SIGKILL):
     try:
-        os.killpg(proc.pid, sig)
+        os.killpg(pid, sig)
     except OSError:
         pass
 
 
 def _kill_live_tools():
-    with _lock():
-        procs = list(_LIVE.values())
-    for proc in procs:
-        _kill_group(proc)
+    for tool in list(_LIVE.values()):
+        _kill_group(tool.pid)
+
+
+def _end_live_tools(wait_s):
+    """SIGKILL the tools still running and reap them, waiting at most ``wait_s``."""
+    _kill_live_tools()
+    until = time.monotonic() + wait_s
+    while _LIVE and time.monotonic() < until:
+        _pump(until)  # not pump_until: no task may start another tool now
 
 
 def _text(data):
@@ -223,41 +428,6 @@ def find_tool(name, candidates):
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None
-
-
-def parallel(fn, items, concurrency):
-    """``[fn(x) for x in items]`` on at most ``concurrency`` threads; exceptions become strings."""
-    items = list(items)
-    results = [None] * len(items)
-    if not items:
-        return results
-    import threading
-
-    queue = list(enumerate(items))
-    queue.reverse()
-    guard = threading.Lock()
-
-    def work():
-        while True:
-            with guard:
-                if not queue:
-                    return
-                index, item = queue.pop()
-            try:
-                results[index] = fn(item)
-            except Exception as exc:  # noqa: BLE001 - a bug for one process must not lose the others
-                results[index] = exc
-
-    count = max(1, min(int(concurrency or 1), len(items)))
-    if count == 1:
-        work()
-        return results
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
 
 
 # ---------------------------------------------------------------- /proc readers
@@ -302,14 +472,14 @@ def read_stat(pid):
 
 
 def read_environ(pid):
-    data = _read(f"/proc/{pid}/environ", binary=True)
-    if data is None:
+    text = _read(f"/proc/{pid}/environ")  # one decode: NUL and "=" never sit inside a character
+    if text is None:
         return None
     env = {}
-    for item in data.split(b"\0"):
-        name, sep, value = item.partition(b"=")
+    for item in text.split("\0"):
+        name, sep, value = item.partition("=")
         if sep and name:
-            env[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+            env[name] = value
     return env
 
 
@@ -369,16 +539,20 @@ def _own_lineage():
     return pids
 
 
-def discover(job_id, node, scontrol, exclude, clock, errors):
-    """Job processes on this node: ({pid: info}, method)."""
+def discover(job_id, node, listing, exclude, errors):
+    """Job processes on this node: ({pid: info}, method).
+
+    ``listing`` is what ``scontrol listpids`` gave, (rc, out, err, note), or None without scontrol.
+    """
     own_env = os.environ
     own_job = own_env.get("SLURM_JOB_ID") or own_env.get("SLURM_JOBID")
     own_step = own_env.get("SLURM_STEP_ID") or own_env.get("SLURM_STEPID")
-    exclude = set(exclude) | _own_lineage()
+    exclude = set(exclude)
+    exclude.add(os.getpid())
 
     listed = None
-    if scontrol:
-        rc, out, err, note = run([scontrol, "listpids", job_id, node], min(5.0, clock.left()))
+    if listing is not None:
+        rc, out, err, note = listing
         rows = parse_listpids(out) if rc == 0 else []
         if rc == 0 and rows:
             listed = {}
@@ -396,6 +570,8 @@ def discover(job_id, node, scontrol, exclude, clock, errors):
     if listed is not None:
         pids = listed
     else:
+        # Over ssh, our shell and its parents carry the job's environment too (adopted sessions).
+        exclude |= _own_lineage()
         pids = {}
         needles = [f"\0{var}={job_id}\0".encode() for var in ("SLURM_JOB_ID", "SLURM_JOBID")]
         for name in os.listdir("/proc"):
@@ -628,7 +804,7 @@ def _in_dataloader_loop(threads):
 
 
 def dump_stack(pyspy, pid, native, clock):
-    """One py-spy sample of ``pid``: {"t", "threads", "error"} (+ "note" when read oddly)."""
+    """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly)."""
     t = round(time.time() - clock.started, 3)
     stat = read_stat(pid)
     if stat is None:
@@ -651,10 +827,10 @@ def dump_stack(pyspy, pid, native, clock):
             note += "; native frames skipped (they need the suspend)"
     elif native:
         argv.append("--native")
-    rc, out, err, timeout_note = run(argv, timeout)
+    rc, out, err, timeout_note = yield from tool_run(argv, timeout)
     if rc == 0:
         try:
-            sample = {"t": t, "threads": slim_threads(json.loads(out)), "error": None}
+            sample = {"t": t, "threads": slim_threads(loads(out)), "error": None}
             if note:
                 sample["note"] = note
             return sample
@@ -665,7 +841,7 @@ def dump_stack(pyspy, pid, native, clock):
 
 
 def trace_syscalls(strace, pid, window_s, clock):
-    """``strace -c -f -p PID`` for ``window_s`` seconds, then SIGINT; the raw -c table text."""
+    """Task: ``strace -c -f -p PID`` for ``window_s`` seconds, then SIGINT; the raw -c table."""
     stat = read_stat(pid)
     if stat is None:
         return {"status": "error", "message": "process exited", "window_s": 0.0, "text": ""}
@@ -678,7 +854,8 @@ def trace_syscalls(strace, pid, window_s, clock):
             "message": "process is in state {}; not attached".format(stat["state"]),
         }
     try:
-        proc = _start([strace, "-c", "-f", "-p", str(pid)], stderr_to_stdout=True)
+        # The kill timeout is a backstop: the task wakes at the end of the window first.
+        tool = Tool([strace, "-c", "-f", "-p", str(pid)], window_s + 5.0, merge_stderr=True)
     except OSError as exc:
         return {
             "status": "error",
@@ -687,17 +864,17 @@ def trace_syscalls(strace, pid, window_s, clock):
             "text": "",
         }
     begun = time.monotonic()
-    import signal
-    import subprocess
-
-    try:
-        proc.wait(timeout=window_s)
-    except subprocess.TimeoutExpired:
+    tool.wake_at = begun + window_s
+    yield tool
+    if not tool.done:
+        tool.wake_at = None
         try:
-            proc.send_signal(signal.SIGINT)  # strace prints the -c table when interrupted
+            os.kill(tool.pid, _signal.SIGINT)  # strace prints the -c table when interrupted
         except OSError:
             pass
-    rc, out, _, note = _finish(proc, min(3.0, max(clock.left(), 0.5)))
+        tool.set_timeout(min(3.0, max(clock.left(), 0.5)))
+        yield tool
+    rc, out, _, note = tool.result()
     window = round(time.monotonic() - begun, 3)
     ok = "% time" in out or ("attached" in out and "detached" in out)
     if ok and not note:
@@ -730,6 +907,7 @@ def _tool_result(argv, rc, out, err, note):
 
 
 def collect_gpus(nvidia_smi, clock):
+    """Task: nvidia-smi's raw outputs and the kernel's Xid lines."""
     if not nvidia_smi:
         return {
             "status": "absent",
@@ -751,7 +929,7 @@ def collect_gpus(nvidia_smi, clock):
     }
     for fields in GPU_FIELD_SETS:
         argv = [nvidia_smi, "--query-gpu=" + fields, "--format=csv"]
-        result = _tool_result(argv, *run(argv, min(10.0, clock.left())))
+        result = _tool_result(argv, *(yield from tool_run(argv, min(10.0, clock.left()))))
         gpu["query_gpu"] = result
         if result["returncode"] == 0 or result["error"]:
             break  # success, or a hang/timeout that a retry would only repeat
@@ -762,12 +940,14 @@ def collect_gpus(nvidia_smi, clock):
             "--query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory",
             "--format=csv",
         ]
-        gpu["compute_apps"] = _tool_result(argv, *run(argv, min(10.0, clock.left())))
+        timeout = min(10.0, clock.left())
+        gpu["compute_apps"] = _tool_result(argv, *(yield from tool_run(argv, timeout)))
     else:
         failed = gpu["query_gpu"]
         if not failed["error"] and clock.left() > 1.0:
             argv = [nvidia_smi, "-q", "-x"]
-            gpu["qx"] = _tool_result(argv, *run(argv, min(10.0, clock.left())))
+            timeout = min(10.0, clock.left())
+            gpu["qx"] = _tool_result(argv, *(yield from tool_run(argv, timeout)))
         text = failed["text"]
         if "No devices were found" in text:
             gpu["status"] = "absent"
@@ -775,7 +955,7 @@ def collect_gpus(nvidia_smi, clock):
             failed["error"] or _one_line(text) or "exit code {}".format(failed["returncode"])
         )
     if clock.left() > 0.5:
-        rc, out, err, note = run(["dmesg", "-T"], min(2.0, clock.left()))
+        rc, out, err, note = yield from tool_run(["dmesg", "-T"], min(2.0, clock.left()))
         if rc == 0:
             gpu["xid_lines"] = [line for line in out.splitlines() if "NVRM: Xid" in line][-50:]
         else:
@@ -799,7 +979,8 @@ ARPHRD_KINDS = {
 }
 
 
-def collect_nics(ip_tool, clock):
+def collect_nics(clock):
+    """Task: interfaces (from /sys) with their addresses, and InfiniBand ports."""
     interfaces = []
     message = None
     try:
@@ -828,7 +1009,11 @@ def collect_nics(ip_tool, clock):
                 "addresses": [],
             }
         )
-    addresses, problem = _addresses(ip_tool, clock, [i["name"] for i in interfaces])
+    try:
+        addresses, problem = _netlink_addresses(), None
+    except (OSError, ImportError) as exc:  # no netlink here (seccomp?): ask ip
+        addresses, problem = yield from _ip_addresses(clock)
+        problem = problem and f"netlink: {exc}; {problem}"
     for item in interfaces:
         item["addresses"] = addresses.get(item["name"], [])
     if problem:
@@ -836,52 +1021,87 @@ def collect_nics(ip_tool, clock):
     return {"interfaces": interfaces, "ib_ports": _ib_ports(), "message": message}
 
 
-def _addresses(ip_tool, clock, names):
-    """{ifname: ["addr/prefix", ...]} from ``ip -j addr``, else ioctl + /proc/net/if_inet6."""
-    problem = None
-    if ip_tool:
-        rc, out, err, note = run([ip_tool, "-j", "addr", "show"], min(3.0, clock.left()))
-        if rc == 0:
-            try:
-                found = {}
-                for link in json.loads(out):
-                    found[link.get("ifname")] = [
-                        "{}/{}".format(a.get("local"), a.get("prefixlen"))
-                        for a in link.get("addr_info") or ()
-                        if a.get("local")
-                    ]
-                return found, None
-            except (ValueError, AttributeError, TypeError) as exc:
-                problem = f"ip -j addr output not understood ({exc})"
-        else:
-            problem = "ip -j addr failed (%s)" % (note or _one_line(err) or rc)
-    found = {}
-    try:
-        import fcntl
-        import socket
-        import struct
+RTM_NEWADDR, RTM_GETADDR, NLMSG_ERROR, NLMSG_DONE = 20, 22, 2, 3
 
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            for name in names:
-                req = struct.pack("256s", name.encode()[:15])
-                try:
-                    addr = fcntl.ioctl(sock.fileno(), 0x8915, req)[20:24]  # SIOCGIFADDR
-                    mask = fcntl.ioctl(sock.fileno(), 0x891B, req)[20:24]  # SIOCGIFNETMASK
-                except OSError:
-                    continue
-                prefix = bin(int.from_bytes(mask, "big")).count("1")  # noqa: FURB161 (3.8)
-                found.setdefault(name, []).append(f"{socket.inet_ntoa(addr)}/{prefix}")
-        finally:
-            sock.close()
-    except OSError as exc:
-        problem = (problem + "; " if problem else "") + f"ioctl addresses failed: {exc}"
-    for line in (_read("/proc/net/if_inet6") or "").splitlines():
-        parts = line.split()
-        if len(parts) >= 6:
-            addr = _ipv6_text(bytes.fromhex(parts[0]))
-            found.setdefault(parts[5], []).append(f"{addr}/{int(parts[2], 16)}")
-    return found, problem
+
+def _netlink_addresses():
+    """{ifname: ["addr/prefix", ...]} as ``ip -j addr`` lists them (local address, prefixlen;
+    IPv4 before IPv6, in the kernel's order), from the RTM_GETADDR dump that ip itself reads."""
+    import _socket
+
+    names = dict(_socket.if_nameindex())
+    found = {}
+    sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, 0)  # NETLINK_ROUTE
+    try:
+        # nlmsghdr (length, type, flags NLM_F_REQUEST | NLM_F_DUMP, seq, port id), then an
+        # ifaddrmsg of zeros: every family, every interface.
+        header = _u(24, 4) + _u(RTM_GETADDR, 2) + _u(0x301, 2) + _u(1, 4) + _u(0, 4)
+        sock.send(header + bytes(8))
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise OSError("netlink dump ended early")
+            offset = 0
+            while offset + 16 <= len(data):
+                length = _int(data[offset : offset + 4])
+                kind = _int(data[offset + 4 : offset + 6])
+                if kind == NLMSG_DONE:
+                    return found
+                if kind == NLMSG_ERROR or length < 16:
+                    raise OSError("netlink error in the address dump")
+                if kind == RTM_NEWADDR:
+                    _add_address(data[offset + 16 : offset + length], names, found, _socket)
+                offset += (length + 3) & ~3
+    finally:
+        sock.close()
+
+
+def _add_address(msg, names, found, _socket):
+    """One RTM_NEWADDR message: ifaddrmsg (family, prefixlen, flags, scope, index), attributes."""
+    family, prefixlen, index = msg[0], msg[1], _int(msg[4:8])
+    if family not in (_socket.AF_INET, _socket.AF_INET6):
+        return
+    attrs, offset = {}, 8
+    while offset + 4 <= len(msg):
+        length, kind = _int(msg[offset : offset + 2]), _int(msg[offset + 2 : offset + 4])
+        if length < 4:
+            break
+        attrs[kind] = msg[offset + 4 : offset + length]
+        offset += (length + 3) & ~3
+    raw = attrs.get(2) or attrs.get(1)  # IFA_LOCAL, else IFA_ADDRESS: what ip prints as local
+    if raw:
+        address = _socket.inet_ntop(family, raw)
+        found.setdefault(names.get(index, str(index)), []).append(f"{address}/{prefixlen}")
+
+
+def _u(value, size):
+    return value.to_bytes(size, sys.byteorder)
+
+
+def _int(data):
+    return int.from_bytes(data, sys.byteorder)
+
+
+def _ip_addresses(clock):
+    """Task: ({ifname: ["addr/prefix", ...]}, problem) from ``ip -j addr show``."""
+    ip_tool = find_tool("ip", ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"])
+    if not ip_tool:
+        return {}, "ip not found"
+    argv = [ip_tool, "-j", "addr", "show"]
+    rc, out, err, note = yield from tool_run(argv, min(3.0, clock.left()))
+    if rc != 0:
+        return {}, "ip -j addr failed (%s)" % (note or _one_line(err) or rc)
+    try:
+        found = {}
+        for link in loads(out):
+            found[link.get("ifname")] = [
+                "{}/{}".format(a.get("local"), a.get("prefixlen"))
+                for a in link.get("addr_info") or ()
+                if a.get("local")
+            ]
+        return found, None
+    except (ValueError, AttributeError, TypeError) as exc:
+        return {}, f"ip -j addr output not understood ({exc})"
 
 
 def _ib_ports():
@@ -937,12 +1157,15 @@ def _kernel_addr(hexaddr):
     return _ipv6_text(raw)
 
 
-def parse_proc_net_tcp(text):
-    """{inode: (local_ip, local_port, remote_ip, remote_port, state, tx_queue, rx_queue)}."""
+def parse_proc_net_tcp(text, wanted=None):
+    """{inode: (local_ip, local_port, remote_ip, remote_port, state, tx_queue, rx_queue)}.
+
+    With ``wanted`` (a set of inode strings) only those sockets are decoded.
+    """
     table = {}
     for line in text.splitlines()[1:]:
         parts = line.split()
-        if len(parts) < 10:
+        if len(parts) < 10 or (wanted is not None and parts[9] not in wanted):
             continue
         try:
             lip, lport = parts[1].split(":")
@@ -968,18 +1191,7 @@ def _endpoint(ip, port):
 
 def connections(pid, tables, addr_to_if):
     """TCP sockets held by ``pid`` with the interface each one's local address belongs to."""
-    try:
-        netns = os.readlink(f"/proc/{pid}/ns/net")
-    except OSError:
-        netns = None
-    table = tables.get(netns) if netns else None
-    if table is None:
-        table = {}
-        for name in ("tcp", "tcp6"):
-            table.update(parse_proc_net_tcp(_read(f"/proc/{pid}/net/{name}") or ""))
-        if netns:
-            tables[netns] = table
-    inodes = []
+    inodes = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
@@ -990,7 +1202,21 @@ def connections(pid, tables, addr_to_if):
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.append(target[8:-1])
+            inodes.add(target[8:-1])
+    if not inodes:
+        return []  # a busy host's TCP table can hold thousands of lines: read it only if needed
+    try:
+        netns = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        netns = None
+    raw = tables.get(netns) if netns else None
+    if raw is None:
+        raw = [_read(f"/proc/{pid}/net/{name}") or "" for name in ("tcp", "tcp6")]
+        if netns:
+            tables[netns] = raw
+    table = {}
+    for text in raw:
+        table.update(parse_proc_net_tcp(text, inodes))
     out = []
     for inode in inodes:
         entry = table.get(inode)
@@ -1025,7 +1251,7 @@ def frame_lines(node, doc):
     import binascii
     import zlib
 
-    data = json.dumps(doc, separators=(",", ":"), default=str).encode()
+    data = dumps(doc).encode()
     payload = binascii.b2a_base64(zlib.compress(data, 6), newline=False).decode("ascii")
     crc = "{:08x}".format(zlib.crc32(payload.encode("ascii")) & 0xFFFFFFFF)
     chunks = [payload[i : i + CHUNK_CHARS] for i in range(0, len(payload), CHUNK_CHARS)] or [""]
@@ -1041,59 +1267,48 @@ def _write_line(line):
 
 
 class Emitter:
-    """Writes the document exactly once: from the main thread, the watchdog, or a signal handler."""
+    """Writes the document exactly once: from the main code, or from a signal handler.
+
+    A handler runs on the main thread between any two bytecodes, also in the middle of an emit.
+    Whoever takes the one token first writes (list.pop() is atomic); the others leave it be.
+    """
 
     def __init__(self, node):
-        import threading
-
         self.node = node
-        self.lock = threading.Lock()
+        self.token = [True]
         self.done = False
 
-    def emit(self, doc, wait=None, before=None):
-        """Emit unless already done; ``wait`` None blocks, 0 gives up at once if busy."""
-        if wait is None:
-            acquired = self.lock.acquire()
-        else:
-            acquired = self.lock.acquire(True, wait) if wait > 0 else self.lock.acquire(False)
-        if not acquired:
-            return False
+    def claim(self):
+        """True once: the caller is the one to write."""
         try:
-            if self.done:
-                return False
-            if before is not None:
-                before()
-            lines = None
-            for _ in range(3):  # other threads may still be adding to doc
-                try:
-                    lines = frame_lines(self.node, doc)
-                    break
-                except (RuntimeError, ValueError):
-                    time.sleep(0.01)
-            if lines is None:
-                keep = (
-                    "format",
-                    "node",
-                    "hostname",
-                    "python",
-                    "collector_version",
-                    "started",
-                    "duration_s",
-                    "discovery",
-                    "tools",
-                )
-                minimal = {k: doc.get(k) for k in keep}
-                minimal["errors"] = list(doc.get("errors") or []) + [
-                    "document could not be encoded while collection was still running"
-                ]
-                minimal["processes"] = []
-                lines = frame_lines(self.node, minimal)
-            for line in lines:
-                _write_line(line)
-            self.done = True
-            return True
-        finally:
-            self.lock.release()
+            return self.token.pop()
+        except IndexError:
+            return False
+
+    def write(self, doc):
+        try:
+            lines = frame_lines(self.node, doc)
+        except (RuntimeError, ValueError, TypeError):  # a value that does not encode
+            keep = (
+                "format",
+                "node",
+                "hostname",
+                "python",
+                "collector_version",
+                "started",
+                "duration_s",
+                "discovery",
+                "tools",
+            )
+            minimal = {k: doc.get(k) for k in keep}
+            minimal["errors"] = list(doc.get("errors") or []) + [
+                "document could not be encoded while collection was still running"
+            ]
+            minimal["processes"] = []
+            lines = frame_lines(self.node, minimal)
+        for line in lines:
+            _write_line(line)
+        self.done = True
 
 
 # ---------------------------------------------------------------- main
@@ -1109,7 +1324,7 @@ FR_DUMP_MAX_BYTES = 16 * 1024 * 1024
 
 
 def _proc_uid(pid):
-    text = _read("/proc/{}/status".format(pid)) or ""
+    text = _read(f"/proc/{pid}/status") or ""
     for line in text.splitlines():
         if line.startswith("Uid:"):
             fields = line.split()
@@ -1121,21 +1336,21 @@ def _proc_uid(pid):
 def fr_request(pid, env):
     """Ask a process hooked by slurmdiag.torch for a Flight Recorder dump (a trigger file)."""
     uid = _proc_uid(pid)
-    base = env.get("SLURMDIAG_FR_DIR") or "/tmp/slurmdiag-fr-{}".format(uid)
-    registration = os.path.join(base, "{}.json".format(pid))
-    dump = os.path.join(base, "{}.fr.json".format(pid))
+    base = env.get("SLURMDIAG_FR_DIR") or f"/tmp/slurmdiag-fr-{uid}"
+    registration = os.path.join(base, f"{pid}.json")
+    dump = os.path.join(base, f"{pid}.fr.json")
     if not os.path.exists(registration):
         return None
     try:
         os.unlink(dump)  # an old dump must not pass for the one we ask for now
     except OSError:
         pass
-    trigger = os.path.join(base, "{}.trigger".format(pid))
+    trigger = os.path.join(base, f"{pid}.trigger")
     try:
         with open(trigger, "w"):
             pass
     except OSError as exc:
-        return {"dump": dump, "error": "cannot create trigger {}: {}".format(trigger, exc)}
+        return {"dump": dump, "error": f"cannot create trigger {trigger}: {exc}"}
     return {"dump": dump, "error": None}
 
 
@@ -1143,10 +1358,10 @@ def _torch_dump_file(env, rank):
     """A dump PyTorch wrote itself (NCCL watchdog timeout) under TORCH_FR_DUMP_TEMP_FILE."""
     for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
         prefix = env.get(name)
-        if prefix and rank is not None and os.path.isfile("{}{}".format(prefix, rank)):
-            return "{}{}".format(prefix, rank)
-    if rank is not None and os.path.isfile("/tmp/nccl_trace_rank_{}".format(rank)):
-        return "/tmp/nccl_trace_rank_{}".format(rank)
+        if prefix and rank is not None and os.path.isfile(f"{prefix}{rank}"):
+            return f"{prefix}{rank}"
+    if rank is not None and os.path.isfile(f"/tmp/nccl_trace_rank_{rank}"):
+        return f"/tmp/nccl_trace_rank_{rank}"
     return None
 
 
@@ -1160,7 +1375,7 @@ def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
         for pid in [p for p, req in pending.items() if os.path.exists(req["dump"])]:
             del pending[pid]
         if pending:
-            time.sleep(0.1)
+            pump_until(lambda: False, time.monotonic() + 0.1)  # nvidia-smi's output meanwhile
     for pid, entry in entries_by_pid.items():
         req = requests.get(pid)
         result = None
@@ -1194,8 +1409,20 @@ def _enter_phase(status, phase):
     status["phase"], status["since"] = phase, now
 
 
+def side_work(nvidia_smi, clock, found):
+    """Task: fills found["gpu"], then found["nics"]; a failure is a message, never lost stacks."""
+    try:
+        found["gpu"] = yield from collect_gpus(nvidia_smi, clock)
+    except Exception as exc:  # noqa: BLE001 - GPUs must not cost the stacks
+        found["gpu"] = {"status": "error", "message": f"collector bug: {exc!r}"}
+    try:
+        found["nics"] = yield from collect_nics(clock)
+    except Exception as exc:  # noqa: BLE001 - nor NICs
+        found["nics"] = {"interfaces": [], "ib_ports": [], "message": f"collector bug: {exc!r}"}
+
+
 def collect(args, clock, doc, status):
-    """Fill ``doc`` in place (so the watchdog can emit a partial one)."""
+    """Fill ``doc`` in place (so that the watchdog can emit a partial one)."""
     errors = doc["errors"]
     node = doc["node"]
     job_id = str(args.get("job_id") or "")
@@ -1214,28 +1441,20 @@ def collect(args, clock, doc, status):
     tools["strace"] = find_tool("strace", _arg_list(args.get("strace")))
     tools["nvidia-smi"] = find_tool("nvidia-smi", _arg_list(args.get("nvidia_smi")))
     scontrol = find_tool("scontrol", [])
-    ip_tool = find_tool("ip", ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"])
-
-    # GPUs and NICs need no ptrace: gather them on the side while the stacks are sampled.
-    import threading
-
-    side = {}
-
-    def side_work():
-        try:
-            side["gpu"] = collect_gpus(tools["nvidia-smi"], clock)
-        except Exception as exc:  # noqa: BLE001 - GPUs must not cost the stacks
-            side["gpu"] = {"status": "error", "message": f"collector bug: {exc!r}"}
-        try:
-            side["nics"] = collect_nics(ip_tool, clock)
-        except Exception as exc:  # noqa: BLE001 - nor NICs
-            side["nics"] = {"interfaces": [], "ib_ports": [], "message": f"collector bug: {exc!r}"}
-
-    side_thread = threading.Thread(target=side_work, daemon=True)
-    side_thread.start()
 
     _enter_phase(status, "discovery")
-    procs, method = discover(job_id, node, scontrol, exclude, clock, errors)
+    listing = None
+    if scontrol:
+        listing = Task(tool_run([scontrol, "listpids", job_id, node], min(5.0, clock.left())))
+    # GPUs and NICs need no ptrace: a task gathers them on the side while scontrol runs and the
+    # stacks are sampled.
+    side_found = {}
+    side = Task(side_work(tools["nvidia-smi"], clock, side_found))
+    if listing is not None:
+        pump_until(lambda: listing.done)
+        if isinstance(listing.result, Exception):
+            raise listing.result
+    procs, method = discover(job_id, node, listing and listing.result, exclude, errors)
     doc["discovery"] = method
     classify(procs)
     tick = float(os.sysconf("SC_CLK_TCK"))
@@ -1325,13 +1544,11 @@ def collect(args, clock, doc, status):
                     f"deadline_s {clock.deadline - clock.t0:.1f}"
                 )
                 break
-            pause = due - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
+            pump_until(lambda: False, due)  # the side task's tools run meanwhile
             targets = ranks + (workers if k == 0 else [])
             began = time.monotonic()
-            results = parallel(
-                lambda e: dump_stack(pyspy, e["pid"], native, clock), targets, concurrency
+            results = run_tasks(
+                (dump_stack(pyspy, e["pid"], native, clock) for e in targets), concurrency
             )
             round_cost = max(round_cost * 0.5, time.monotonic() - began)
             for entry, result in zip(targets, results):
@@ -1391,9 +1608,8 @@ def collect(args, clock, doc, status):
         else:
             if message:
                 errors.append("strace " + message)
-            results = parallel(
-                lambda e: trace_syscalls(tools["strace"], e["pid"], window, clock),
-                ranks,
+            results = run_tasks(
+                (trace_syscalls(tools["strace"], e["pid"], window, clock) for e in ranks),
                 len(ranks),
             )
             for entry, result in zip(ranks, results):
@@ -1419,10 +1635,10 @@ def collect(args, clock, doc, status):
         )
 
     _enter_phase(status, "gpu and nic collection")
-    side_thread.join(max(0.0, clock.left()))
-    if side_thread.is_alive():
+    pump_until(lambda: side.done, clock.deadline - FINISH_RESERVE_S)
+    if not side.done:
         errors.append("GPU/NIC collection did not finish before the deadline")
-    doc["gpu"] = side.get("gpu") or {
+    doc["gpu"] = side_found.get("gpu") or {
         "status": "error",
         "message": "nvidia-smi did not finish before the deadline",
         "query_gpu": None,
@@ -1430,7 +1646,7 @@ def collect(args, clock, doc, status):
         "qx": None,
         "xid_lines": [],
     }
-    doc["nics"] = side.get("nics") or {
+    doc["nics"] = side_found.get("nics") or {
         "interfaces": [],
         "ib_ports": [],
         "message": "not collected before the deadline",
@@ -1459,7 +1675,7 @@ def main(argv):
     pid = os.getpid()
     args, problem = {}, None
     try:
-        args = json.loads(argv[1]) if len(argv) > 1 else {}
+        args = loads(argv[1]) if len(argv) > 1 else {}
         if not isinstance(args, dict):
             args, problem = {}, "arguments are not a JSON object"
     except ValueError as exc:
@@ -1493,30 +1709,24 @@ def main(argv):
     emitter = Emitter(node)
     status = {"phase": "start", "since": time.monotonic()}
 
-    def emit_partial(reason, wait):
-        def note():
-            doc["errors"].append(
-                "{} during {}; document is partial".format(reason, status["phase"])
-            )
-            doc["duration_s"] = round(clock.elapsed(), 3)
-            _kill_live_tools()
-
-        if not emitter.emit(doc, wait=wait, before=note) and not emitter.done:
-            return  # the main thread is writing the document right now: let it finish
+    def emit_partial(reason):
+        """Signal handler work: end the tools, write what exists, exit."""
+        if not emitter.claim():
+            if emitter.done:
+                os._exit(0)
+            return  # the main code is writing the document right now: let it finish
+        doc["errors"].append("{} during {}; document is partial".format(reason, status["phase"]))
+        doc["duration_s"] = round(clock.elapsed(), 3)
+        _kill_live_tools()
+        emitter.write(doc)
         os._exit(0)
 
-    import signal
-    import threading
-
-    watchdog = threading.Timer(
-        max(0.0, clock.deadline - WATCHDOG_MARGIN_S - time.monotonic()),
-        emit_partial,
-        args=("deadline reached", 2.0),
-    )
-    watchdog.daemon = True
-    watchdog.start()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: emit_partial(f"signal {signum} received", 0))
+    _signal.signal(_signal.SIGALRM, lambda signum, frame: emit_partial("deadline reached"))
+    for sig in (_signal.SIGTERM, _signal.SIGHUP):
+        _signal.signal(sig, lambda signum, frame: emit_partial(f"signal {signum} received"))
+    # The watchdog: SIGALRM shortly before the deadline if the document is not out by then.
+    margin = clock.deadline - WATCHDOG_MARGIN_S - time.monotonic()
+    _signal.setitimer(_signal.ITIMER_REAL, max(margin, 0.001))
 
     try:
         collect(args, clock, doc, status)
@@ -1528,14 +1738,13 @@ def main(argv):
                 status["phase"], "".join(traceback.format_exception_only(type(exc), exc)).strip()
             )
         )
-        _kill_live_tools()
-    watchdog.cancel()
+    _end_live_tools(0.2)  # normally none; a late nvidia-smi, or one left by a failure
     doc["duration_s"] = round(clock.elapsed(), 3)
-    emitter.emit(doc)
+    if emitter.claim():
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        emitter.write(doc)
     return 0
 
 
 if __name__ == "__main__":
-    code = main(sys.argv)
-    # Threads still waiting on a stuck tool (nvidia-smi in D state) must not hold the exit.
-    os._exit(code)
+    os._exit(main(sys.argv))  # nothing left to flush: frames go out with os.write
