@@ -217,6 +217,8 @@ def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
         duration_s=_float(doc.get("duration_s")),
         collector_version=str(doc.get("collector_version") or ""),
         python=doc.get("python"),
+        discovery=doc.get("discovery"),
+        timings={str(k): float(v) for k, v in (doc.get("timings") or {}).items()},
         tools={str(k): v for k, v in (doc.get("tools") or {}).items()},
         ranks=tuple(ranks),
         other_processes=tuple(others),

@@ -192,6 +192,8 @@ class Node:
     duration_s: float | None = None
     collector_version: str | None = None
     python: str | None = None
+    discovery: str | None = None  # stepd | listpids | proc: how the job's processes were found
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per collector phase
     tools: dict[str, str | None] = field(default_factory=dict)
     ranks: tuple[Rank, ...] = ()
     other_processes: tuple[WorkerProcess, ...] = ()  # launcher agents, shells: seen, not ranks

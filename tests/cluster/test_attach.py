@@ -78,6 +78,8 @@ def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, name)
     assert [n.status for n in snapshot.nodes] == ["ok"] * len(snapshot.nodes), [
         (n.name, n.message) for n in snapshot.nodes
     ]
+    # (found below the job's own slurmstepd processes, without asking slurmd)
+    assert {n.discovery for n in snapshot.nodes} == {"stepd"}
     found = {r.rank: r for _, r in snapshot.all_ranks()}
     expected = {r for r in range(truth["world_size"]) if records[r].get("role") != "dead"}
     assert set(found) == expected
@@ -230,3 +232,21 @@ def test_gpus_from_the_replayed_nvidia_smi(scenario_run):
 def test_truth_files_cover_every_launcher():
     launchers = {load_truth(name)["launcher"] for name in scenario_names()}
     assert launchers == {"srun", "torchrun", "submitit"}
+
+
+def test_listpids_fallback_finds_the_same_ranks(scenario_run):
+    # GIVEN a hung job, and the collector told to ask `scontrol listpids` instead of walking /proc
+    from slurmdiag.transport.collect import CollectOptions, collector_args, srun_argv
+    from slurmdiag.transport.framing import decode_frames
+
+    run = scenario_run("rank_gated_collective")
+    nodes = run_nodes(run.job_id)
+    argv = srun_argv(run.job_id, nodes, CollectOptions(samples=1, strace_s=0))
+    args = collector_args(run.job_id, CollectOptions(samples=1, strace_s=0))
+    argv[-1] = json.dumps({**args, "discovery": "listpids"})
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    documents = decode_frames(done.stdout).documents
+    # THEN every node used listpids and found exactly the ranks' pids
+    assert {d["discovery"] for d in documents.values()} == {"listpids"}, done.stderr[-500:]
+    pids = {p["pid"] for d in documents.values() for p in d["processes"] if p["role"] == "rank"}
+    assert pids == {int(r["pid"]) for r in run.rank_records().values()}
