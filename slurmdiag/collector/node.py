@@ -1775,6 +1775,17 @@ def main(argv):
     # The watchdog: SIGALRM shortly before the deadline if the document is not out by then.
     margin = clock.deadline - WATCHDOG_MARGIN_S - time.monotonic()
     _signal.setitimer(_signal.ITIMER_REAL, max(margin, 0.001))
+    # A signal handler only runs when the main thread returns to Python: a read of
+    # /proc/PID/environ of a process stuck in the kernel (dead NFS mount, "ps hangs") or a
+    # stuck NIC driver can hold it past the deadline. A backup thread (builtin _thread: no
+    # import cost) writes the partial document then.
+    import _thread
+
+    def backup_watchdog():
+        time.sleep(max(margin, 0.001) + WATCHDOG_MARGIN_S / 2)
+        emit_partial("deadline reached (collector blocked in the kernel)")
+
+    _thread.start_new_thread(backup_watchdog, ())
 
     try:
         collect(args, clock, doc, status)

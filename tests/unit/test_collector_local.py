@@ -498,6 +498,7 @@ def test_source_is_python38_grammar_and_imports_no_slurmdiag() -> None:
         "_signal",
         "_socket",
         "select",
+        "_thread",
         "json",
         "os",
         "sys",
