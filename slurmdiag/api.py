@@ -149,6 +149,7 @@ def attach_job(
     out_dir: str | Path | None = None,
     write: bool = True,
     report: bool = True,
+    file_mode: int = 0o640,
     **options,
 ) -> AttachResult:
     """The whole attach: collect, analyse, write; used by the CLI and the watchdog."""
@@ -160,7 +161,7 @@ def attach_job(
     target: Path | None = None
     if write:
         target = Path(out_dir) if out_dir is not None else default_out_dir(snapshot.job.id)
-        snapshot = write_outputs(snapshot, target, analysis, report=report)
+        snapshot = write_outputs(snapshot, target, analysis, report=report, mode=file_mode)
     return AttachResult(
         snapshot=snapshot, analysis=analysis, out_dir=target, warnings=tuple(warnings)
     )

@@ -45,6 +45,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _file_mode(text: str) -> int:
+    try:
+        value = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError("an octal mode such as 0640") from None
+    if not 0 <= value <= 0o777:
+        raise argparse.ArgumentTypeError("an octal mode between 000 and 777")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="slurmdiag",
@@ -77,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--json", action="store_true", help="print the snapshot JSON on stdout")
     attach.add_argument("--no-report", action="store_true", help="do not write the HTML report")
     attach.add_argument(
+        "--file-mode", type=_file_mode, default=0o640, metavar="MODE",
+        help="permissions of report.html and snapshot.json (octal, default 0640)",
+    )
+    attach.add_argument(
         "--node-python", default=None,
         help="python on the nodes (default: this interpreter if the node has it, else python3)",
     )
@@ -94,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="re-render the HTML report from a saved snapshot")
     report.add_argument("snapshot", help="snapshot.json written by attach")
     report.add_argument("-o", "--output", help="HTML file to write (default: beside the snapshot)")
+    report.add_argument(
+        "--file-mode", type=_file_mode, default=0o640, metavar="MODE",
+        help="permissions of the report (octal, default 0640)",
+    )
 
     try:
         from slurmdiag.watch.cli_support import add_config_arguments, add_watch_arguments
@@ -135,6 +153,7 @@ def _run_attach(args: argparse.Namespace) -> int:
         args.job_id,
         out_dir=args.out,
         report=not args.no_report,
+        file_mode=args.file_mode,
         samples=args.samples,
         interval=args.interval,
         strace_s=args.strace,
@@ -193,7 +212,7 @@ def _run_report(args: argparse.Namespace) -> int:
         raise ParseError(f"{source}: {exc.message}", hint=exc.hint) from None
     output = Path(args.output) if args.output else source.with_name("report.html")
     try:
-        written = write_snapshot_report(snapshot, output)
+        written = write_snapshot_report(snapshot, output, mode=args.file_mode)
     except OSError as exc:
         raise SlurmdiagError(f"cannot write {output}: {exc.strerror}",
                              hint="choose another file with -o") from None

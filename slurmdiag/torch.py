@@ -50,7 +50,7 @@ def _dump_json() -> bytes:
 
         obj = pickle.loads(c10d._dump_fr_trace())
         return json.dumps(obj, default=_jsonable).encode()
-    data = c10d._dump_fr_trace_json()
+    data = c10d._dump_fr_trace_json()  # type: ignore[attr-defined]
     return data if isinstance(data, bytes) else str(data).encode()
 
 

@@ -25,7 +25,7 @@ import time
 try:
     import _json  # json's C accelerator: the json package itself imports re and enum
 except ImportError:  # an interpreter built without it: see dumps() and loads()
-    _json = None
+    _json = None  # type: ignore[assignment]
 
 FORMAT = 1
 COLLECTOR_VERSION = "1"
@@ -184,11 +184,14 @@ def loads(text):
 # wake_at time. So py-spy runs for several ranks at once, strace for all ranks, and nvidia-smi on
 # the side, all from the one thread.
 
-_LIVE = {}  # pid -> Tool still running: the deadline alarm and SIGTERM end them (strace!)
-_TASKS = []  # tasks that have not returned yet, foreground and background ones
-_READERS = {}  # read end of a tool's pipe -> (Tool, list the chunks read go to)
+# pid -> Tool still running: the deadline alarm and SIGTERM end them (strace!)
+_LIVE = {}  # type: dict
+# tasks that have not returned yet, foreground and background ones
+_TASKS = []  # type: list
+# read end of a tool's pipe -> (Tool, list the chunks read go to)
+_READERS = {}  # type: dict
 _POLL = select.poll()
-_ENV = {}
+_ENV = {}  # type: dict[str, str]
 
 
 def _child_env():

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from scenarios.launch import load_truth, scenario_names
 
 from slurmdiag.api import collect_snapshot
-from scenarios.launch import load_truth, scenario_names
 
 pytestmark = pytest.mark.cluster
 
@@ -38,6 +38,7 @@ def env_is_allowlisted(name: str) -> bool:
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
     return subprocess.run([*SLURMDIAG, *args], capture_output=True, text=True, timeout=timeout,
+                          check=False,
                           env=env, cwd=REPO)
 
 
@@ -144,7 +145,7 @@ def test_stopped_slurmd_marks_its_node_and_keeps_the_others(scenario_run):
     os.kill(pid, signal.SIGSTOP)
     try:
         start = time.monotonic()
-        snapshot, warnings = collect_snapshot(run.job_id, samples=1, strace_s=0, timeout_s=8)
+        snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0, timeout_s=8)
         elapsed = time.monotonic() - start
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -160,7 +161,7 @@ def test_stopped_slurmd_marks_its_node_and_keeps_the_others(scenario_run):
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         steps = subprocess.run(["squeue", "-h", "-s", "-j", run.job_id, "-o", "%i %j"],
-                               capture_output=True, text=True).stdout
+                               capture_output=True, text=True, check=False).stdout
         if "slurmdiag-collect" not in steps:
             break
         time.sleep(0.5)
@@ -170,7 +171,8 @@ def test_stopped_slurmd_marks_its_node_and_keeps_the_others(scenario_run):
 def run_nodes(job_id: str) -> list[str]:
     out = subprocess.run(["scontrol", "show", "hostnames",
                           subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"],
-                                         capture_output=True, text=True).stdout.strip()],
+                                         capture_output=True, text=True,
+                                         check=True).stdout.strip()],
                          capture_output=True, text=True, check=True).stdout
     return out.split()
 

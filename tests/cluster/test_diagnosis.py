@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from scenarios.launch import scenario_names
+
 from slurmdiag.api import attach_job
 
 pytestmark = pytest.mark.cluster
@@ -64,7 +65,7 @@ def test_verdicts_in_terminal_output_json_and_report(scenario_run, tmp_path):
     # WHEN the CLI attaches with its defaults (summary on the terminal, files in --out)
     result = subprocess.run([sys.executable, "-m", "slurmdiag.cli", "attach", run.job_id,
                              "--out", str(out)], capture_output=True, text=True, timeout=120,
-                            cwd=REPO, env={**__import__("os").environ, "NO_COLOR": "1"})
+                            cwd=REPO, env={**os.environ, "NO_COLOR": "1"}, check=False)
     assert result.returncode == 0, result.stderr
     # THEN the terminal summary starts with the verdict naming the culprit and its site
     site = run.truth["culprit_site"]
@@ -79,6 +80,7 @@ def test_verdicts_in_terminal_output_json_and_report(scenario_run, tmp_path):
     # AND --json prints the snapshot with its verdicts on stdout
     as_json = subprocess.run([sys.executable, "-m", "slurmdiag.cli", "attach", run.job_id,
                               "--json", "--no-report", "--samples", "2", "--out", str(tmp_path / "j")],
-                             capture_output=True, text=True, timeout=120, cwd=REPO)
+                             capture_output=True, text=True, timeout=120, cwd=REPO,
+                             check=False)
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["verdicts"][0]["culprit_ranks"] == run.truth["culprit_ranks"]

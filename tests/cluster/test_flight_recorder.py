@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from scenarios.launch import submit
-from slurmdiag.api import collect_snapshot
+
 from slurmdiag.analysis.flight import flight_verdicts
+from slurmdiag.api import collect_snapshot
 
 pytestmark = pytest.mark.cluster
 

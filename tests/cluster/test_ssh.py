@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from support.sshd import start_sshd
 
 from slurmdiag.api import collect_snapshot
-from support.sshd import start_sshd
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ssh]
 

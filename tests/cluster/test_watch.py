@@ -11,7 +11,6 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from support.webhook import WebhookServer
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scenario("rank_gated_collective", "healthy_slow")]
@@ -53,7 +52,7 @@ def write_config(path: Path, report_dir: Path, url_base: str, webhook_url: str) 
 def watch_once(config: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurmdiag.cli", "watch", "--once",
                            "--config", str(config)],
-                          capture_output=True, text=True, timeout=240, cwd=REPO)
+                          capture_output=True, text=True, timeout=240, cwd=REPO, check=False)
 
 
 @pytest.fixture
@@ -109,3 +108,34 @@ def test_two_runs_at_the_same_moment_alert_once(scenario_run, servers, tmp_path)
     # THEN exactly one alert was posted, and neither run failed
     assert len(hook.delivered) == 1
     assert sorted(codes) in ([0, 1], [1, 1]), [p.stderr.read() for p in procs]
+
+
+def test_unreachable_webhook_is_recorded_and_the_next_run_delivers_through_a_500(
+    scenario_run, tmp_path
+):
+    # GIVEN a hung job, and a webhook URL on a loopback port nobody listens on yet
+    from support.webhook import closed_port_url
+
+    scenario_run("rank_gated_collective")
+    scenario_run("healthy_slow")
+    url = closed_port_url()
+    port = int(url.split(":")[2].split("/")[0])
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    web = ReportServer(tmp_path)
+    config = write_config(tmp_path / "config.toml", report_dir, web.base, url)
+    try:
+        # WHEN the watchdog runs with the webhook down
+        first = watch_once(config)
+        # THEN the run still ends (stuck found), saying the post failed, without the URL
+        assert first.returncode == 1, first.stderr
+        assert "T0SECRET" not in first.stderr
+        # WHEN the webhook comes up answering 500 once, then 200, and the watchdog runs again
+        with WebhookServer(statuses=[500], port=port) as hook:
+            second = watch_once(config)
+            # THEN the pending alert was retried through the 500 and delivered exactly once
+            assert second.returncode == 1, second.stderr
+            assert [r["status"] for r in hook.requests] == [500, 200]
+            assert len(hook.delivered) == 1
+    finally:
+        web.close()

@@ -58,8 +58,9 @@ def start_sshd(directory: Path, extra_env: dict[str, str]) -> Sshd:
         # A real node has Slurm configured; here the emulated nodes need SLURM_CONF from sshd.
         + (f"SetEnv {set_env}\n" if set_env else "")
     )
-    process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)],
-                               stdout=subprocess.DEVNULL, stderr=open(directory / "sshd.log", "w"))
+    with open(directory / "sshd.log", "w") as log:  # the child keeps its own copy of the fd
+        process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)],
+                                   stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:

@@ -17,7 +17,7 @@ FIXTURE = Path(__file__).parent.parent / "fixtures" / "snapshots" / "synthetic_r
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurmdiag.cli", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+                          text=True, timeout=60, env=env, check=False)
 
 
 def test_version_and_help():
@@ -51,6 +51,14 @@ def test_report_rerenders_a_saved_snapshot(tmp_path):
     assert out.read_text().lstrip().lower().startswith("<!doctype html>")
     assert out.stat().st_mode & 0o777 == 0o640
     assert str(out) in result.stderr
+
+
+def test_report_file_mode_is_configurable(tmp_path):
+    out = tmp_path / "r.html"
+    assert run("report", str(FIXTURE), "-o", str(out), "--file-mode", "0604").returncode == 0
+    assert out.stat().st_mode & 0o777 == 0o604
+    bad = run("report", str(FIXTURE), "--file-mode", "rw-r")
+    assert bad.returncode == 2 and "octal" in bad.stderr
 
 
 def test_unreadable_snapshot_exits_9(tmp_path):

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from slurmdiag.analysis.flight import first_disagreement, flight_verdicts, parse_flight_recorder_dump
+from slurmdiag.analysis.flight import (
+    first_disagreement,
+    flight_verdicts,
+    parse_flight_recorder_dump,
+)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "flight_recorder"
 

@@ -32,18 +32,18 @@ def test_srun_names_the_task_that_exited_and_not_the_ones_it_terminated():
 
 def test_prefixed_tracebacks_of_two_ranks_interleave_and_are_kept_apart():
     # GIVEN (SYNTHETIC) torchrun's [rankN]: prefixes with two ranks' tracebacks interleaved
-    text = "\n".join([
-        "[rank1]:Traceback (most recent call last):",
-        "[rank2]:Traceback (most recent call last):",
-        '[rank1]:  File "/app/train.py", line 10, in <module>',
-        '[rank2]:  File "/app/train.py", line 10, in <module>',
-        '[rank1]:  File "/app/data.py", line 5, in load',
-        "[rank1]:    open(path)",
-        '[rank2]:  File "/app/model.py", line 7, in forward',
-        "[rank2]:RuntimeError: shape mismatch",
-        "[rank1]:OSError: [Errno 5] Input/output error",
-        "srun: error: gpu7: tasks 4-5: Killed",
-    ])
+    text = (
+        "[rank1]:Traceback (most recent call last):\n"
+        "[rank2]:Traceback (most recent call last):\n"
+        '[rank1]:  File "/app/train.py", line 10, in <module>\n'
+        '[rank2]:  File "/app/train.py", line 10, in <module>\n'
+        '[rank1]:  File "/app/data.py", line 5, in load\n'
+        "[rank1]:    open(path)\n"
+        '[rank2]:  File "/app/model.py", line 7, in forward\n'
+        "[rank2]:RuntimeError: shape mismatch\n"
+        "[rank1]:OSError: [Errno 5] Input/output error\n"
+        "srun: error: gpu7: tasks 4-5: Killed"
+    )
     found = {f.rank: f for f in parse_python_tracebacks(text, "log")}
     assert found[1].fields["site"] == "/app/data.py:5" and found[1].fields["exception"] == "OSError"
     assert found[2].fields["site"] == "/app/model.py:7" and found[2].text == "RuntimeError: shape mismatch"
