@@ -92,6 +92,11 @@ def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, name)
         assert rank.launcher == truth["launcher"]
         assert rank.world_size == truth["world_size"]
         assert rank.samples and all(s.threads for s in rank.samples), rank.samples
+    workers = truth.get("dataloader_workers_per_rank", 0)
+    for rank in found.values():
+        # DataLoader workers hang under their rank (they carry its RANK), never as ranks
+        loaders = [w for w in rank.workers if w.role == "dataloader_worker"]
+        assert len(loaders) == workers, (rank.rank, rank.workers)
     if truth["launcher"] == "torchrun":
         agents = [p for n in snapshot.nodes for p in n.other_processes if p.role == "agent"]
         assert len(agents) == truth["nodes"], "one torchrun agent per node, reported apart"

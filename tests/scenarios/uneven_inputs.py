@@ -19,6 +19,7 @@ NUM_RECORDS = 96
 #: Truncated records in the source file; all of them fall into rank 2's shard.
 CORRUPT_RECORDS = frozenset({66, 70, 74, 78, 82, 86, 90, 94})
 EPOCHS = 100
+DATALOADER_WORKERS = 2
 
 
 def is_valid(record_id: int) -> bool:
@@ -74,7 +75,10 @@ def main() -> None:
     harness.init_distributed(info)
     model = DistributedDataParallel(training.build_model())
     dataset = RecordDataset(shard_records(info.rank, info.world_size))
-    loader = DataLoader(dataset, batch_size=training.BATCH_SIZE, drop_last=True)
+    # Worker processes, as real input pipelines have: they carry the rank's environment and
+    # must be reported under their rank, never as ranks of their own.
+    loader = DataLoader(dataset, batch_size=training.BATCH_SIZE, drop_last=True,
+                        num_workers=DATALOADER_WORKERS, persistent_workers=True)
     harness.log(info, f"{len(dataset)} records, {len(loader)} batches per epoch")
     for epoch in range(EPOCHS):
         train_epoch(model, loader, info, epoch)
