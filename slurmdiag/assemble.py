@@ -185,6 +185,24 @@ def _nics(raw: Mapping[str, Any] | None) -> NicState:
     return NicState(interfaces=interfaces, ib_ports=ports, message=raw.get("message"))
 
 
+_PTRACE_REFUSED = ("Permission Denied", "Permission denied", "Operation not permitted")
+
+
+def _ptrace_hint(doc: Mapping[str, Any], ranks: list[Rank]) -> tuple[str, ...]:
+    """One clear line when py-spy or strace were refused ptrace, instead of N cryptic ones."""
+    messages = [s.error or "" for r in ranks for s in r.samples]
+    messages += [r.strace.message or "" for r in ranks if r.strace is not None]
+    if not any(marker in m for m in messages for marker in _PTRACE_REFUSED):
+        return ()
+    scope = doc.get("ptrace_scope")
+    policy = f" (kernel.yama.ptrace_scope = {scope})" if scope is not None else ""
+    hint = (
+        f"ptrace was refused{policy}: run slurmdiag as the job's owner with "
+        "kernel.yama.ptrace_scope=0, or as root / with CAP_SYS_PTRACE"
+    )
+    return (hint,)
+
+
 def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
     """One collector document → one snapshot Node; workers hang under their rank."""
     processes = list(doc.get("processes") or ())
@@ -205,7 +223,7 @@ def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
         if proc.get("role") == "rank"
     ]
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.pid))
-    errors = tuple(str(e) for e in doc.get("errors") or ())
+    errors = tuple(str(e) for e in doc.get("errors") or ()) + _ptrace_hint(doc, ranks)
     message = None
     if not ranks:
         message = "no rank processes of the job found on this node"

@@ -1747,6 +1747,8 @@ def main(argv):
         "node": node,
         "hostname": os.uname().nodename,
         "python": "{}.{}.{}".format(*sys.version_info[:3]),
+        # Yama's ptrace policy decides whether py-spy and strace may attach at all.
+        "ptrace_scope": (_read("/proc/sys/kernel/yama/ptrace_scope") or "").strip() or None,
         "collector_version": COLLECTOR_VERSION,
         "started": clock.started,
         "duration_s": None,

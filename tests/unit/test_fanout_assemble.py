@@ -183,3 +183,18 @@ def test_srun_environment_drops_the_callers_job_context():
            "SLURM_CONF": "/etc/slurm/slurm.conf", "PATH": "/usr/bin"}
     # THEN the step into the attached job gets none of the variables srun reads as options
     assert srun_environment(env) == {"SLURM_CONF": "/etc/slurm/slurm.conf", "PATH": "/usr/bin"}
+
+
+def test_refused_ptrace_becomes_one_clear_node_error():
+    # GIVEN (SYNTHETIC, from the real messages) py-spy and strace refused by the kernel
+    doc = json.loads(json.dumps(REAL_DOC))
+    doc["ptrace_scope"] = "1"
+    for proc in doc["processes"]:
+        for sample in proc["samples"]:
+            sample["threads"] = None
+            sample["error"] = ("py-spy: Permission Denied: Try running again with elevated "
+                               "permissions by going 'sudo env \"PATH=$PATH\" !!'")
+    node = node_from_document("node001", doc)
+    # THEN the node says why once, with the policy and what to do
+    (hint,) = [e for e in node.errors if "ptrace" in e]
+    assert "kernel.yama.ptrace_scope = 1" in hint and "root" in hint
