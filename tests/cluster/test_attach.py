@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from scenarios.launch import load_truth, scenario_names
 
-from slurmdiag.api import collect_snapshot
+from slurmdiag.api import attach_job, collect_snapshot
 
 pytestmark = pytest.mark.cluster
 
@@ -234,6 +234,26 @@ def test_gpus_from_the_replayed_nvidia_smi(scenario_run):
     for node in snapshot.nodes:
         assert node.gpus.status == "ok", node.gpus.message
         assert node.gpus.gpus[0].name == "NVIDIA A100-SXM4-80GB"
+
+
+def test_gpu_finding_from_a_replayed_unknown_error(scenario_run):
+    # GIVEN nodes whose nvidia-smi (the stand-in) replays a real A100 CSV where one GPU reports
+    # "[Unknown Error]" for its power limit
+    run = scenario_run("rank_gated_collective")
+    os.environ["SLURMDIAG_FAKE_NVSMI_DIR"] = str(
+        REPO / "tests/fixtures/nvsmi_replay/csv_a100_unknown_error")
+    try:
+        result = attach_job(run.job_id, write=False, samples=2, interval=0.5, strace_s=0,
+                            nvidia_smi_path=str(REPO / "tests/tools/nvidia-smi"))
+    finally:
+        del os.environ["SLURMDIAG_FAKE_NVSMI_DIR"]
+    # THEN the bracketed value is kept verbatim and the analysis flags that GPU
+    gpus = [g for n in result.snapshot.nodes for g in n.gpus.gpus]
+    assert any("[Unknown Error]" in g.raw.values() for g in gpus)
+    kinds = {v.kind for v in result.snapshot.verdicts}
+    assert "gpu_unknown_error" in kinds, kinds
+    # AND the hang verdict (critical with 2 samples) still comes first
+    assert result.snapshot.verdicts[0].kind == "mismatched_collective"
 
 
 def test_truth_files_cover_every_launcher():
