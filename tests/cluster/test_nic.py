@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from scenarios.launch import submit
+
 from slurmdiag.api import attach_job
 
 pytestmark = pytest.mark.cluster
