@@ -589,6 +589,18 @@ _FRAME_KEY = attrgetter("file", "function", "line")
 FrameKey = tuple[str, str, "int | None"]
 
 
+def _frame_key(frame: Frame) -> FrameKey:
+    """What makes two frames the same; an unresolved native frame is named by its library only.
+
+    With --native, py-spy prints frames it cannot symbolise as their address (``0x7f...``),
+    which differs between processes (ASLR): keyed by address, no two ranks would ever share a
+    stack.
+    """
+    if frame.native and (not frame.function or frame.function.startswith("0x")):
+        return (frame.file, "<native>", None)
+    return (frame.file, frame.function, frame.line)
+
+
 @dataclass(frozen=True, slots=True)
 class StackInfo:
     """What one distinct stack is doing; frames innermost first, as py-spy prints them."""
@@ -629,11 +641,16 @@ def _describe(frames: tuple[Frame, ...], keys: tuple[FrameKey, ...]) -> StackInf
     op: str | None = None
     position: tuple[FrameKey, ...] | None = None
     if kind == "collective":
+        # With --native the run interleaves C++ frames (c10d::Work::wait, pybind11 glue) with
+        # the Python ones: the op is named by the outermost frame that carries a torch name.
         first = next(i for i in range(run_end) if traits[i].kind == "collective")
-        last = first
-        while last + 1 < len(frames) and traits[last + 1].kind == "collective":
-            last += 1
-        span = range(first, last + 1)
+        span = [first]
+        j = first + 1
+        while j < len(frames) and (traits[j].kind == "collective" or frames[j].native):
+            if traits[j].kind == "collective":
+                span.append(j)
+            j += 1  # native glue between the C++ wait and the Python call is passed over
+        last = span[-1]
         op = next((traits[i].op for i in reversed(span) if traits[i].torch_op), None)
         if op is None:
             op = next((traits[i].op for i in reversed(span) if traits[i].op), None)
@@ -662,6 +679,10 @@ def _describe(frames: tuple[Frame, ...], keys: tuple[FrameKey, ...]) -> StackInf
     )
 
 
+def _has_native(frames: tuple[Frame, ...]) -> bool:
+    return any(frame.native for frame in frames)
+
+
 class StackTable:
     """Interns stacks: each distinct stack is classified once and named by a small int."""
 
@@ -676,7 +697,7 @@ class StackTable:
         seen = self._by_identity.get(id(frames))
         if seen is not None and seen[0] is frames:
             return seen[1]
-        keys = tuple(map(_FRAME_KEY, frames))
+        keys = tuple(map(_frame_key, frames) if _has_native(frames) else map(_FRAME_KEY, frames))
         sid = self._ids.get(keys)
         if sid is None:
             sid = len(self.stacks)

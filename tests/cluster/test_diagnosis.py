@@ -84,3 +84,18 @@ def test_verdicts_in_terminal_output_json_and_report(scenario_run, tmp_path):
                              check=False)
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["verdicts"][0]["culprit_ranks"] == run.truth["culprit_ranks"]
+
+
+def test_native_frames_keep_the_verdict_and_show_gloo_below_python(scenario_run):
+    # GIVEN a hung job, attached with --native (py-spy reads C/C++ frames too)
+    run = scenario_run("mismatched_collectives")
+    snapshot = attach_job(run.job_id, write=False, samples=2, interval=0.5, strace_s=0,
+                          native=True, timeout_s=60).snapshot
+    # THEN native frames were collected, gloo's among them, and the verdict is the same
+    frames = [f for _, r in snapshot.all_ranks() for s in r.samples for t in s.threads
+              for f in t.frames if f.native]
+    assert frames, "no native frame collected"
+    assert any("gloo" in f.function or "c10d" in f.function for f in frames)
+    verdict = top_verdict(snapshot)
+    assert verdict.kind == run.truth["expected_kind"]
+    assert list(verdict.culprit_ranks) == run.truth["culprit_ranks"]

@@ -241,3 +241,30 @@ def test_busy_threads_other_than_main_are_noted() -> None:
     s = snap(node("n1", rank(0, collective("all_reduce"), extra_threads=[spinner], world=1)))
     digest = merge_stacks(s).digests[0]
     assert digest.busy_threads == (f"metrics ({TRAIN}:33)",)
+
+
+def test_native_frames_at_different_addresses_still_form_one_class() -> None:
+    # GIVEN --native stacks (shape as py-spy 0.4 prints them for a hung gloo rank): unresolved
+    # libc frames are addresses that differ per process (ASLR), C++ and pybind11 glue sits
+    # between the wait and the Python all_reduce
+    from snapfactory import C10D, C10D_LOGGER, loop, node, rank, snap, stack
+
+    from slurmdiag.analysis import analyze
+
+    def native_wait(address: str, op: str = "all_reduce", line: int = 50):
+        return stack(
+            f"{address} /usr/lib/x86_64-linux-gnu/libc.so.6",
+            "pthread_cond_wait /usr/lib/x86_64-linux-gnu/libc.so.6",
+            "c10d::Work::wait /opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so",
+            "pybind11::cpp_function::dispatcher /opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_python.so",
+            f"{op} {C10D}:3252", f"wrapper {C10D_LOGGER}:83", *loop(line),
+        )
+
+    ranks = [rank(r, native_wait(f"0x7f{r}a3f16"), native_wait(f"0x7f{r}a3f16")) for r in (0, 2, 3)]
+    odd = rank(1, native_wait("0x7f1b0001", "all_gather", 44), native_wait("0x7f1b0001", "all_gather", 44))
+    analysis = analyze(snap(node("n1", ranks[0], odd), node("n2", *ranks[1:])))
+    # THEN ranks 0, 2, 3 share one class, the op comes from the Python frame, rank 1 is the culprit
+    assert sorted(c.label for c in analysis.classes) == ["0,2-3", "1"]
+    assert {c.op for c in analysis.classes} == {"all_reduce", "all_gather"}
+    verdict = analysis.verdicts[0]
+    assert verdict.kind == "mismatched_collective" and verdict.culprit_ranks == (1,)
