@@ -277,3 +277,49 @@ def test_listpids_fallback_finds_the_same_ranks(scenario_run):
     assert {d["discovery"] for d in documents.values()} == {"listpids"}, done.stderr[-500:]
     pids = {p["pid"] for d in documents.values() for p in d["processes"] if p["role"] == "rank"}
     assert pids == {int(r["pid"]) for r in run.rank_records().values()}
+
+
+def test_no_node_answering_exits_6_and_still_writes_the_report(scenario_run, tmp_path):
+    # GIVEN a hung job and an ssh transport nobody answers (port 1 on loopback)
+    run = scenario_run("rank_gated_collective")
+    out = tmp_path / "out"
+    result = run_cli("attach", run.job_id, "--transport", "ssh", "--ssh-port", "1",
+                     "--samples", "1", "--strace", "0", "--timeout", "10", "--out", str(out))
+    # THEN the exit code says no node answered, in one line with a hint
+    assert result.returncode == 6, result.stderr
+    assert "error: no node answered" in result.stderr and "hint:" in result.stderr
+    assert "Traceback" not in result.stderr
+    # AND the snapshot and report were written all the same, each node with its reason
+    snapshot = json.loads((out / "snapshot.json").read_text())
+    assert {n["status"] for n in snapshot["nodes"]} == {"unreachable"}
+    assert all(n["message"] for n in snapshot["nodes"])
+    assert snapshot["nodes"][0]["name"] in (out / "report.html").read_text()
+
+
+def test_progress_is_shown_on_a_terminal_only(scenario_run, tmp_path):
+    # GIVEN stderr is a terminal (a pty), stdout is not
+    import pty
+
+    run = scenario_run("rank_gated_collective")
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([*SLURMDIAG, "attach", run.job_id, "--samples", "1", "--strace", "0",
+                               "--no-report", "--out", str(tmp_path)], stdout=subprocess.PIPE,
+                              stderr=follower, timeout=90, cwd=REPO, check=False)
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+    # THEN the terminal saw the node count progress, and stdout (data) did not
+    assert done.returncode == 0
+    nodes = len(run_nodes(run.job_id))
+    assert f"nodes answered: {nodes}/{nodes}".encode() in seen
+    assert b"nodes answered" not in done.stdout
