@@ -43,6 +43,11 @@ if str(TESTS_DIR) not in sys.path:
 
 from scenarios.launch import ScenarioError, ScenarioRun, scenario_names, submit
 
+# Every test talks to servers on loopback only (webhooks, sshd, the report server): a proxy
+# from the environment must not take those requests, in this process or in the ones it starts.
+for _name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+    os.environ.pop(_name, None)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(

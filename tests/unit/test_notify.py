@@ -26,20 +26,6 @@ from slurmdiag.watch.notify import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    # urllib honours *_proxy variables; loopback posts must not go to a proxy.
-    for name in (
-        "http_proxy",
-        "https_proxy",
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "all_proxy",
-        "ALL_PROXY",
-    ):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def webhook() -> Iterator[WebhookServer]:
     with WebhookServer() as server:

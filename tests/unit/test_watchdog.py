@@ -57,19 +57,6 @@ T0 = 1_800_000_000.0  # the fake clock's start (2027-01-15)
 HUNG, HEALTHY = "101", "102"
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "http_proxy",
-        "https_proxy",
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "all_proxy",
-        "ALL_PROXY",
-    ):
-        monkeypatch.delenv(name, raising=False)
-
-
 # --------------------------------------------------------------------------------------------
 # Fakes: Slurm, attach, clock
 # --------------------------------------------------------------------------------------------
