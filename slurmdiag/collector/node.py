@@ -1028,32 +1028,37 @@ ARPHRD_KINDS = {
 
 
 def collect_nics(clock):
-    """Task: interfaces (from /sys) with their addresses, and InfiniBand ports."""
-    interfaces = []
+    """Task: interfaces with their addresses, and InfiniBand ports.
+
+    Links come from a netlink dump of this process's own network namespace: /sys/class/net
+    shows the namespace of whoever mounted /sys, which is not ours on a node started with
+    ``nsenter --net`` or in a container sharing the host's /sys. /sys is the fallback, and
+    the source of link speed only where its ifindex matches the netlink one.
+    """
     message = None
     try:
-        names = sorted(os.listdir("/sys/class/net"))
-    except OSError as exc:
-        names = []
-        message = f"cannot list /sys/class/net: {exc.strerror}"
-    for name in names:
-        base = "/sys/class/net/" + name
-        arphrd = _read_int(base + "/type")
-        if os.path.isdir(base + "/bridge"):
-            kind = "bridge"
-        elif os.path.isdir(base + "/bonding"):
-            kind = "bond"
-        else:
-            kind = ARPHRD_KINDS.get(arphrd, f"arphrd_{arphrd}")
-        speed = _read_int(base + "/speed")  # EINVAL on links that are down
-        state = _read(base + "/operstate")
+        links = _netlink_links()
+    except (OSError, ImportError):  # no netlink here (seccomp?): read /sys
+        links = None
+    if links is None:
+        try:
+            names = sorted(os.listdir("/sys/class/net"))
+        except OSError as exc:
+            names = []
+            message = f"cannot list /sys/class/net: {exc.strerror}"
+        links = [_sys_link(name) for name in names]
+    interfaces = []
+    for link in links:
+        base = "/sys/class/net/" + link["name"]
+        same = link["index"] is None or _read_int(base + "/ifindex") == link["index"]
+        speed = _read_int(base + "/speed") if same else None  # EINVAL on links that are down
         interfaces.append(
             {
-                "name": name,
-                "state": state.strip() if state else None,
-                "mtu": _read_int(base + "/mtu"),
+                "name": link["name"],
+                "state": link["state"],
+                "mtu": link["mtu"],
                 "speed_mbps": speed if speed is not None and speed >= 0 else None,
-                "kind": kind,
+                "kind": link["kind"],
                 "addresses": [],
             }
         )
@@ -1069,6 +1074,93 @@ def collect_nics(clock):
     return {"interfaces": interfaces, "ib_ports": _ib_ports(), "message": message}
 
 
+def _sys_link(name):
+    base = "/sys/class/net/" + name
+    arphrd = _read_int(base + "/type")
+    if os.path.isdir(base + "/bridge"):
+        kind = "bridge"
+    elif os.path.isdir(base + "/bonding"):
+        kind = "bond"
+    else:
+        kind = ARPHRD_KINDS.get(arphrd, f"arphrd_{arphrd}")
+    state = _read(base + "/operstate")
+    return {"name": name, "index": None, "state": state.strip() if state else None,
+            "mtu": _read_int(base + "/mtu"), "kind": kind}
+
+
+RTM_NEWLINK, RTM_GETLINK = 16, 18
+# IF_OPER_* as /sys/class/net/*/operstate spells them
+OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
+
+
+def _netlink_dump(request, reply, handle):
+    """Send one NLM_F_DUMP request (type ``request``) and hand every ``reply`` message's body to
+    ``handle``; the request carries a zeroed family header of 16 bytes (ifinfomsg) or 8
+    (ifaddrmsg), which asks for every family and every interface."""
+    import _socket
+
+    body = bytes(16 if request == RTM_GETLINK else 8)
+    sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, 0)  # NETLINK_ROUTE
+    try:
+        # nlmsghdr: length, type, flags NLM_F_REQUEST | NLM_F_DUMP, sequence, port id
+        header = _u(16 + len(body), 4) + _u(request, 2) + _u(0x301, 2) + _u(1, 4) + _u(0, 4)
+        sock.send(header + body)
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise OSError("netlink dump ended early")
+            offset = 0
+            while offset + 16 <= len(data):
+                length = _int(data[offset : offset + 4])
+                kind = _int(data[offset + 4 : offset + 6])
+                if kind == NLMSG_DONE:
+                    return
+                if kind == NLMSG_ERROR or length < 16:
+                    raise OSError("netlink error in a dump")
+                if kind == reply:
+                    handle(data[offset + 16 : offset + length])
+                offset += (length + 3) & ~3
+    finally:
+        sock.close()
+
+
+def _attributes(msg, offset):
+    """{type: payload} of the rtattr list starting at ``offset``."""
+    attrs = {}
+    while offset + 4 <= len(msg):
+        length, kind = _int(msg[offset : offset + 2]), _int(msg[offset + 2 : offset + 4])
+        if length < 4:
+            break
+        attrs[kind & 0x3FFF] = msg[offset + 4 : offset + length]  # without NLA_F_NESTED
+        offset += (length + 3) & ~3
+    return attrs
+
+
+def _netlink_links():
+    """[{name, index, state, mtu, kind}] of this namespace's links, from RTM_GETLINK."""
+    links = []
+
+    def handle(msg):
+        # ifinfomsg: family, pad, type (ARPHRD), index, flags, change
+        arphrd, index = _int(msg[2:4]), _int(msg[4:8])
+        attrs = _attributes(msg, 16)
+        name = (attrs.get(3) or b"").rstrip(b"\0").decode("utf-8", "replace")  # IFLA_IFNAME
+        if not name:
+            return
+        operstate = attrs.get(16)  # IFLA_OPERSTATE
+        state = OPERSTATES[operstate[0]] if operstate and operstate[0] < len(OPERSTATES) else None
+        mtu = _int(attrs[4]) if 4 in attrs else None  # IFLA_MTU
+        info_kind = _attributes(attrs[18], 0).get(1) if 18 in attrs else None  # LINKINFO/KIND
+        info_kind = (info_kind or b"").rstrip(b"\0").decode("ascii", "replace")
+        kind = info_kind if info_kind in ("bridge", "bond") else ARPHRD_KINDS.get(
+            arphrd, f"arphrd_{arphrd}")
+        links.append({"name": name, "index": index, "state": state, "mtu": mtu, "kind": kind})
+
+    _netlink_dump(RTM_GETLINK, RTM_NEWLINK, handle)
+    links.sort(key=lambda link: link["name"])
+    return links
+
+
 RTM_NEWADDR, RTM_GETADDR, NLMSG_ERROR, NLMSG_DONE = 20, 22, 2, 3
 
 
@@ -1079,29 +1171,8 @@ def _netlink_addresses():
 
     names = dict(_socket.if_nameindex())
     found = {}
-    sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, 0)  # NETLINK_ROUTE
-    try:
-        # nlmsghdr (length, type, flags NLM_F_REQUEST | NLM_F_DUMP, seq, port id), then an
-        # ifaddrmsg of zeros: every family, every interface.
-        header = _u(24, 4) + _u(RTM_GETADDR, 2) + _u(0x301, 2) + _u(1, 4) + _u(0, 4)
-        sock.send(header + bytes(8))
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                raise OSError("netlink dump ended early")
-            offset = 0
-            while offset + 16 <= len(data):
-                length = _int(data[offset : offset + 4])
-                kind = _int(data[offset + 4 : offset + 6])
-                if kind == NLMSG_DONE:
-                    return found
-                if kind == NLMSG_ERROR or length < 16:
-                    raise OSError("netlink error in the address dump")
-                if kind == RTM_NEWADDR:
-                    _add_address(data[offset + 16 : offset + length], names, found, _socket)
-                offset += (length + 3) & ~3
-    finally:
-        sock.close()
+    _netlink_dump(RTM_GETADDR, RTM_NEWADDR, lambda msg: _add_address(msg, names, found, _socket))
+    return found
 
 
 def _add_address(msg, names, found, _socket):

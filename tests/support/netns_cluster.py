@@ -1,0 +1,150 @@
+"""A small Slurm cluster whose nodes have their own network stacks: real NIC faults for tests.
+
+One bridge on the host, one network namespace per node with a veth ``eth0`` on it, slurmctld on
+the bridge address, each slurmd started with ``nsenter --net=/run/netns/NAME`` (``ip netns exec``
+remounts /sys and breaks slurmd). A step's tasks then see their node's own interfaces, so a
+fault set on one namespace (an MTU, a missing interface) is what the collectors really read.
+Addresses are the project's own test hosts, inside namespaces this fixture makes and removes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BRIDGE = "sdbr0"
+SUBNET = "10.213.7"
+CTLD_PORT = 6987
+SLURMD_PORT = 18701
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=check)
+
+
+@dataclass
+class NetnsCluster:
+    directory: Path
+    nodes: dict[str, str]  # node name -> address
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def conf(self) -> Path:
+        return self.directory / "slurm.conf"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        env["SLURM_CONF"] = str(self.conf)
+        return env
+
+    def stop(self) -> None:
+        for proc in self.processes:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        # Job processes started by the slurmds live on in the namespaces: end them too.
+        for name in self.nodes:
+            pids = sh("ip", "netns", "pids", _netns(name), check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        teardown_network(self.nodes)
+
+
+def _netns(node: str) -> str:
+    return f"sd-{node}"
+
+
+def teardown_network(nodes: dict[str, str] | list[str]) -> None:
+    for name in nodes:
+        sh("ip", "netns", "del", _netns(name), check=False)
+        sh("ip", "link", "del", f"sdv-{name}"[:15], check=False)
+    sh("ip", "link", "del", BRIDGE, check=False)
+
+
+def start_netns_cluster(directory: Path, mtus: dict[str, int]) -> NetnsCluster:
+    """Nodes named by ``mtus`` (name -> MTU of its eth0); returns once sinfo shows them idle."""
+    names = list(mtus)
+    teardown_network(names)  # leftovers of an interrupted run
+    sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+    sh("ip", "link", "set", BRIDGE, "up")
+    nodes = {}
+    for i, name in enumerate(names, start=11):
+        ns, host_end = _netns(name), f"sdv-{name}"[:15]
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "link", "set", host_end, "master", BRIDGE)
+        sh("ip", "link", "set", host_end, "up")
+        sh("ip", "-n", ns, "addr", "add", f"{SUBNET}.{i}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "mtu", str(mtus[name]))
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        nodes[name] = f"{SUBNET}.{i}"
+    for sub in ("state", "log", "run", *(f"spool/{n}" for n in names)):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    host = (socket.gethostname() or "localhost").split(".")[0]
+    node_lines = "\n".join(
+        f"NodeName={n} NodeHostname=localhost NodeAddr={a} Port={SLURMD_PORT} CPUs=8 State=UNKNOWN"
+        for n, a in nodes.items()
+    )
+    cluster = NetnsCluster(directory=directory, nodes=nodes)
+    cluster.conf.write_text(
+        f"ClusterName=slurmdiagns\nSlurmctldHost={host}({SUBNET}.1)\nSlurmctldPort={CTLD_PORT}\n"
+        "SlurmUser=root\nSlurmdUser=root\nAuthType=auth/munge\nCryptoType=crypto/munge\n"
+        "MpiDefault=none\nMailProg=/bin/true\n"
+        f"StateSaveLocation={directory}/state\nSlurmctldPidFile={directory}/run/slurmctld.pid\n"
+        f"SlurmctldLogFile={directory}/log/slurmctld.log\nSlurmdSpoolDir={directory}/spool/%n\n"
+        f"SlurmdPidFile={directory}/run/slurmd-%n.pid\nSlurmdLogFile={directory}/log/slurmd-%n.log\n"
+        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+        "SlurmdParameters=config_overrides\nReturnToService=2\n"
+        "SchedulerParameters=batch_sched_delay=0\nSelectType=select/cons_tres\n"
+        "SelectTypeParameters=CR_Core\nAccountingStorageType=accounting_storage/none\n"
+        "JobAcctGatherType=jobacct_gather/none\n"
+        f"{node_lines}\n"
+        f"PartitionName=ns Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
+        "OverSubscribe=FORCE:8\n"
+    )
+    env = cluster.env()
+    cluster.processes.append(subprocess.Popen(
+        ["slurmctld", "-D", "-i", "-f", str(cluster.conf)], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+    for name in names:
+        cluster.processes.append(subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{_netns(name)}", "slurmd", "-D", "-N", name,
+             "-f", str(cluster.conf)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sinfo", "-h", "-o", "%D %t"], env=env, capture_output=True,
+                             text=True, timeout=30, check=False)
+        if out.stdout.split() == [str(len(names)), "idle"]:
+            return cluster
+        time.sleep(0.5)
+    logs = "\n".join(p.read_text()[-1500:] for p in (directory / "log").glob("*.log"))
+    cluster.stop()
+    raise RuntimeError(f"the netns cluster did not come up:\n{logs}")
+
+
+def available() -> str | None:
+    """Why namespaces cannot be used here, or None."""
+    for tool in ("ip", "nsenter", "slurmctld", "slurmd"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found"
+    probe = sh("ip", "netns", "add", "sd-probe", check=False)
+    if probe.returncode != 0:
+        return f"ip netns add failed: {probe.stderr.strip()}"
+    sh("ip", "netns", "del", "sd-probe", check=False)
+    return None
