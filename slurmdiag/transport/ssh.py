@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from slurmdiag.errors import MissingExtra
+from slurmdiag.errors import MissingExtra, ParseError
 from slurmdiag.slurm.parse import parse_scontrol_node_addrs
 from slurmdiag.transport.collect import (
     CollectOptions,
@@ -45,7 +45,11 @@ def node_addresses(
 ) -> dict[str, str]:
     """NodeAddr of each node as Slurm knows it (falls back to the node name)."""
     result = runner(["scontrol", "show", "node", "-o", ",".join(nodes)], 20.0)
-    addrs = parse_scontrol_node_addrs(result.stdout) if result.ok else {}
+    try:
+        addrs = parse_scontrol_node_addrs(result.stdout) if result.ok else {}
+    except ParseError:
+        addrs = {}  # ssh to the node names themselves, as a user would
+
     return {name: addrs.get(name) or name for name in nodes}
 
 
