@@ -44,7 +44,7 @@ demo: setup cluster
 	$(VENV)/bin/python deploy/demo.py
 
 bench: setup
-	$(CLUSTER) up --nodes 32
+	# bench_attach.py starts its own 32-node cluster; the test cluster is left alone
 	$(VENV)/bin/python bench/bench_attach.py
 	$(VENV)/bin/python bench/bench_analysis.py
 	$(VENV)/bin/python bench/bench_report.py

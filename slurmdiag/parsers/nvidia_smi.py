@@ -32,7 +32,6 @@ __all__ = [
     "parse_nvidia_smi_xml",
     "parse_xid_events",
     "parse_xid_lines",
-    "split_pasted_csv_blocks",
 ]
 
 # NVML clocks event reason bits (nvml.h, nvmlClocksEventReason*), in bit order.
@@ -206,17 +205,6 @@ def parse_nvidia_smi_apps_csv(text: str) -> tuple[GpuApp, ...]:
             )
         )
     return tuple(apps)
-
-
-def split_pasted_csv_blocks(text: str) -> list[str]:
-    """Split a paste of several CSV outputs separated by ``---`` lines into one text each."""
-    blocks: list[list[str]] = [[]]
-    for line in text.splitlines(keepends=True):
-        if line.strip() and set(line.strip()) <= {"-"}:
-            blocks.append([])
-        else:
-            blocks[-1].append(line)
-    return ["".join(block) for block in blocks if "".join(block).strip()]
 
 
 # ---------------------------------------------------------------------------------------------

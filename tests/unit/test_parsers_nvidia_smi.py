@@ -19,12 +19,22 @@ from slurmdiag.parsers.nvidia_smi import (
     parse_nvidia_smi_xml,
     parse_xid_events,
     parse_xid_lines,
-    split_pasted_csv_blocks,
 )
 from slurmdiag.snapshot import GpuApp
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia_smi"
 
+
+
+def split_pasted_csv_blocks(text: str) -> list[str]:
+    """Split a paste of several CSV outputs separated by ``---`` lines into one text each."""
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines(keepends=True):
+        if line.strip() and set(line.strip()) <= {"-"}:
+            blocks.append([])
+        else:
+            blocks[-1].append(line)
+    return ["".join(block) for block in blocks if "".join(block).strip()]
 
 def read(name: str) -> str:
     return (FIXTURES / name).read_text()
