@@ -437,11 +437,24 @@ def find_tool(name, candidates):
 
 
 def _read(path, binary=False):
+    """A whole file as text (or bytes), None if it cannot be read. os-level: a /proc walk reads
+    hundreds of small files, and io.open's buffered object costs a third of each read."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     return data if binary else data.decode("utf-8", "replace")
 
 
@@ -474,10 +487,9 @@ def read_stat(pid):
         return None
 
 
-def read_environ(pid):
-    text = _read(f"/proc/{pid}/environ")  # one decode: NUL and "=" never sit inside a character
-    if text is None:
-        return None
+def parse_environ(data):
+    """Raw /proc/PID/environ bytes -> {name: value}."""
+    text = data.decode("utf-8", "replace")  # one decode: NUL and "=" never sit inside a character
     env = {}
     for item in text.split("\0"):
         name, sep, value = item.partition("=")
@@ -542,12 +554,25 @@ def _own_lineage():
     return pids
 
 
-def stepd_descendants(job_id):
-    """{pid: step} below this job's slurmstepd processes, read from /proc alone; None if none.
+def _node_needle(node):
+    return ("\0SLURMD_NODENAME=" + node + "\0").encode("utf-8", "surrogateescape")
+
+
+def _foreign_environ(data, needle):
+    """True if raw environ bytes name another node in SLURMD_NODENAME (no dict is built)."""
+    padded = b"\0" + data
+    return b"\0SLURMD_NODENAME=" in padded and needle not in padded
+
+
+def stepd_descendants(job_id, node):
+    """{pid: step} below this job's slurmstepd processes on ``node``, from /proc alone; None if none.
 
     slurmstepd titles itself ``slurmstepd: [JOB.STEP]``; every process of a step descends from
     its stepd. One pass over /proc/*/stat costs a few ms, where ``scontrol listpids`` costs
     ~17 ms of CPU (libslurm, slurm.conf, a slurmd round trip): a cost paid on every node.
+    Where several slurmd share a host (multiple-slurmd setups, the emulated test cluster) the
+    other nodes' stepds are visible too: the environ of one task of each stepd says its node,
+    and a foreign stepd's subtree is dropped without reading any of its processes.
     """
     prefix = f"slurmstepd: [{job_id}."
     parent = {}
@@ -573,14 +598,24 @@ def stepd_descendants(job_id):
     children = {}
     for pid, ppid in parent.items():
         children.setdefault(ppid, []).append(pid)
+    needle = _node_needle(node)
     found = {}
-    stack = list(stepds.items())
-    while stack:
-        pid, step = stack.pop()
-        for child in children.get(pid, ()):
-            if child not in found:
-                found[child] = step
-                stack.append((child, step))
+    for stepd, step in stepds.items():
+        tasks = children.get(stepd, ())
+        for task in tasks:
+            data = _read(f"/proc/{task}/environ", binary=True)
+            if data is not None:  # the first readable task speaks for the stepd
+                break
+        else:
+            data = None
+        if data is not None and _foreign_environ(data, needle):
+            continue
+        stack = list(tasks)
+        while stack:
+            pid = stack.pop()
+            if pid not in found:
+                found[pid] = step
+                stack.extend(children.get(pid, ()))
     return found
 
 
@@ -631,10 +666,14 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
                 pids[int(name)] = None
 
     procs = {}
+    needle = _node_needle(node)
     for pid in pids:
         if pid in exclude:
             continue
-        env = read_environ(pid)
+        raw = _read(f"/proc/{pid}/environ", binary=True)
+        if raw is None or _foreign_environ(raw, needle):
+            continue  # gone, not ours to read, or another (emulated) node's process
+        env = parse_environ(raw)
         stat = read_stat(pid)
         if stat is None or env is None:
             continue  # exited, or not ours to read
@@ -1564,7 +1603,7 @@ def collect(args, clock, doc, status):
     _enter_phase(status, "discovery")
     listing = None
     # "listpids" skips the /proc walk (tests, and sites whose stepd titles are not standard).
-    walked = stepd_descendants(job_id) if args.get("discovery", "auto") == "auto" else None
+    walked = stepd_descendants(job_id, node) if args.get("discovery", "auto") == "auto" else None
     if walked is None and scontrol:
         # No slurmstepd of the job visible here (another PID namespace, hidepid): ask Slurm.
         listing = Task(tool_run([scontrol, "listpids", job_id, node], min(5.0, clock.left())))

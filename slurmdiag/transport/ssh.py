@@ -7,7 +7,6 @@ unknown host is refused unless the user asked to accept new keys.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import threading
@@ -22,9 +21,7 @@ from slurmdiag.transport.collect import (
     CollectOptions,
     FanoutResult,
     NodeOutcome,
-    collector_args,
-    collector_source,
-    preferred_node_python,
+    node_command,
 )
 from slurmdiag.transport.framing import decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
@@ -54,13 +51,8 @@ def node_addresses(
 
 
 def ssh_command(options: CollectOptions, job_id: str, node: str) -> str:
-    """The remote command: python reads the collector from stdin (no size limit, no temp file)."""
-    args = shlex.quote(json.dumps(collector_args(job_id, options, node=node)))
-    if options.node_python:
-        return f"{shlex.quote(options.node_python)} -I -S - {args}"
-    preferred = shlex.quote(preferred_node_python())
-    return f'p={preferred}; [ -x "$p" ] || p=python3; exec "$p" -I -S - {args}'
-
+    """The remote command line: the same node command as srun's, quoted for the login shell."""
+    return shlex.join(node_command(job_id, options, node))
 
 
 def _run_on_node(
@@ -68,7 +60,6 @@ def _run_on_node(
     host: str,
     node: str,
     command: str,
-    source: str,
     connect_kwargs: dict[str, Any],
     deadline: float,
     after_connect: Callable[[Any], None] | None = None,
@@ -97,7 +88,6 @@ def _run_on_node(
         channel = transport.open_session()
         channel.settimeout(0.5)
         channel.exec_command(command)
-        channel.sendall(source.encode())
         channel.shutdown_write()
         out = bytearray()
         err = bytearray()
@@ -170,7 +160,6 @@ def fan_out_ssh(
         "banner_timeout": 10,
         "auth_timeout": 10,
     }
-    source = collector_source()
     result = FanoutResult(transport="ssh")
     done = 0
     lock = threading.Lock()
@@ -195,7 +184,7 @@ def fan_out_ssh(
         try:
             outcome = _run_on_node(
                 client_factory, hosts[node], node, ssh_command(options, job_id, node),
-                source, connect_kwargs, deadline, remember_keys if accept_new else None,
+                connect_kwargs, deadline, remember_keys if accept_new else None,
             )
         except Exception as exc:  # noqa: BLE001 - one node's failure is data, not a crash
             outcome = NodeOutcome(node, "error", None, f"ssh: {type(exc).__name__}: {exc}")

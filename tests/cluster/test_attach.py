@@ -83,7 +83,7 @@ def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, name)
     assert {n.discovery for n in snapshot.nodes} == {"stepd"}
     found = {r.rank: r for _, r in snapshot.all_ranks()}
     expected = {r for r in range(truth["world_size"]) if records[r].get("role") != "dead"}
-    assert set(found) == expected
+    assert set(found) == expected, {r: (found[r].pid, found[r].cmdline, found[r].state) for r in found}
     assert len(snapshot.all_ranks()) == len(expected)  # agents and workers are not ranks
     for rank, record in records.items():
         if rank in found:

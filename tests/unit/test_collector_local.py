@@ -530,6 +530,21 @@ def test_parse_listpids_keeps_steps_and_drops_placeholders() -> None:
     ]
 
 
+def test_raw_environ_names_the_node_of_a_process() -> None:
+    # Where several slurmd share a host, a process of another node is dropped before its
+    # environment is parsed; one that names no node (or this one) is kept.
+    needle = collector._node_needle("node002")
+    env = b"PATH=/bin\0SLURMD_NODENAME=%s\0SLURM_PROCID=3\0"
+    assert collector._foreign_environ(env % b"node001", needle)
+    assert not collector._foreign_environ(env % b"node002", needle)
+    assert collector._foreign_environ(env % b"node0022", needle)  # a prefix is not the node
+    assert not collector._foreign_environ(b"SLURMD_NODENAME=node002\0X=1\0", needle)
+    assert collector._foreign_environ(b"SLURMD_NODENAME=node001\0X=1\0", needle)
+    assert not collector._foreign_environ(b"PATH=/bin\0MY_SLURMD_NODENAME=node001\0", needle)
+    assert not collector._foreign_environ(b"", needle)  # a zombie's: nothing to say
+    assert collector.parse_environ(env % b"node002")["SLURM_PROCID"] == "3"
+
+
 def test_proc_net_tcp_addresses_and_states() -> None:
     text = (
         "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 from slurmdiag.assemble import flight_recorder_section, node_from_document, node_from_outcome
 from slurmdiag.transport.collect import (
-    COLLECTOR_LOADER,
     CollectOptions,
-    collector_payload,
+    node_command,
     outcomes_from_output,
     srun_argv,
 )
-from slurmdiag.transport.framing import decode_frames, encode_frames
+from slurmdiag.transport.framing import encode_frames
 from slurmdiag.transport.run import CommandResult
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "collector"
@@ -31,42 +26,18 @@ def result(stdout="", stderr="", timed_out=False, returncode=0):
 
 def test_srun_argv_is_one_overlapping_step_without_gpus():
     # GIVEN a 3-node job
-    argv = srun_argv("77", ["n1", "n2", "n3"], CollectOptions(timeout_s=20))
+    options = CollectOptions(timeout_s=20)
+    argv = srun_argv("77", ["n1", "n2", "n3"], options)
     # THEN it is one srun step into the job, one task per node, not taking the job's GPUs
     assert argv[0] == "srun"
     for flag in ("--jobid=77", "--overlap", "--gres=gpu:0", "--nodes=3", "--ntasks-per-node=1",
                  "--nodelist=n1,n2,n3", "--kill-on-bad-exit=0"):
         assert flag in argv
-    # AND the collector is sent inline (nodes need no install), with the args last
-    assert argv[-5] == COLLECTOR_LOADER and tuple(argv[-4:-1]) == collector_payload()
-    # AND python is started directly (a pyenv/conda shim would cost a shell per node)
-    assert argv[argv.index("--cpu-bind=none") + 1 : argv.index("--cpu-bind=none") + 3] == ["/bin/sh", "-c"]
-    explicit = srun_argv("77", ["n1"], CollectOptions(node_python="/opt/py/bin/python3"))
-    assert explicit[-9:-5] == ["/opt/py/bin/python3", "-I", "-S", "-c"]
+    # AND each task is the node command (nodes need no install), with the args last
+    command = node_command("77", options)
+    assert argv[-len(command):] == command
     args = json.loads(argv[-1])
     assert args["job_id"] == "77" and args["deadline_s"] < 20
-
-
-def test_collector_payload_fits_in_argv_strings():
-    # Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN); each part travels as one.
-    for part in collector_payload():
-        assert len(part.encode()) < 120 * 1024
-
-
-@pytest.mark.parametrize("same_python", [True, False])
-def test_loader_runs_the_collector_from_code_or_from_source(same_python, tmp_path):
-    # GIVEN the node command's loader and payload, as srun would start them
-    tag, code, source = collector_payload()
-    if not same_python:
-        tag = "cpython-0"  # another Python version: the marshalled code cannot be used
-    args = json.dumps({"job_id": "999999999", "node": "nodeX", "samples": 0, "strace_s": 0,
-                       "deadline_s": 5})
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", COLLECTOR_LOADER, tag, code, source,
-                           args], capture_output=True, text=True, timeout=60, check=False)
-    # THEN the collector ran (either way) and framed a document for the node
-    frames = decode_frames(done.stdout)
-    assert "nodeX" in frames.documents, (done.stdout[-500:], done.stderr[-500:])
-    assert frames.documents["nodeX"]["node"] == "nodeX"
 
 
 def test_real_merged_output_gives_every_node():

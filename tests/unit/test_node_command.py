@@ -1,0 +1,193 @@
+"""The command every node runs: interpreter choice, the loader, and its compiled-code cache.
+
+These run the real loader and collector with real interpreters (the collector finds no job and
+frames a document saying so), as srun or ssh would start them on a node.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmdiag.transport.collect import (
+    COLLECTOR_LOADER,
+    SYSTEM_PYTHON,
+    TOO_OLD_EXIT,
+    CollectOptions,
+    collector_payload,
+    node_command,
+)
+from slurmdiag.transport.framing import decode_frames
+from slurmdiag.transport.ssh import ssh_command
+
+ARGS = {"job_id": "999999999", "node": "nodeX", "samples": 0, "strace_s": 0, "deadline_s": 5}
+
+
+def run(argv, **kwargs):
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, **kwargs)
+    return done, decode_frames(done.stdout)
+
+
+def loader_argv(cache_root, python=sys.executable, has_fallback=""):
+    return [python, "-I", "-S", "-c", COLLECTOR_LOADER, has_fallback, str(cache_root),
+            *collector_payload(), json.dumps(ARGS)]
+
+
+def cache_files(root: Path) -> list[Path]:
+    return sorted((root / f"slurmdiag-{os.getuid()}").glob("*"))
+
+
+def test_payload_is_only_the_compressed_source_and_fits_in_one_argv_string():
+    digest, source = collector_payload()
+    # Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN); the payload is far below it
+    assert len(source) < 40 * 1024
+    assert len(digest) == 20 and int(digest, 16) >= 0
+
+
+def test_first_run_compiles_and_caches_privately_then_later_runs_load_the_cache(tmp_path):
+    # GIVEN no cache yet
+    done, frames = run(loader_argv(tmp_path))
+    # THEN the collector ran and framed its document
+    assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
+    # AND the compiled code is kept in a directory only the user can enter, as a 0600 file
+    # named by the source hash and the exact interpreter version
+    directory = tmp_path / f"slurmdiag-{os.getuid()}"
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    (cached,) = cache_files(tmp_path)
+    assert stat.S_IMODE(cached.stat().st_mode) == 0o600
+    assert cached.name == (f"{collector_payload()[0]}-{sys.implementation.cache_tag}-"
+                           f"{sys.hexversion:x}")
+    # WHEN the cached code is replaced by a program that only prints a marker
+    cached.write_bytes(marshal.dumps(compile("print('FROM-CACHE')", "x", "exec")))
+    done, _ = run(loader_argv(tmp_path))
+    # THEN the next run executes the cached code, not the source
+    assert done.stdout.strip() == "FROM-CACHE"
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o770, 0o701])
+def test_a_cache_directory_others_can_write_or_enter_is_never_used(tmp_path, mode):
+    # GIVEN a planted "cache" in a directory with loose permissions
+    directory = tmp_path / f"slurmdiag-{os.getuid()}"
+    directory.mkdir()
+    directory.chmod(mode)
+    name = f"{collector_payload()[0]}-{sys.implementation.cache_tag}-{sys.hexversion:x}"
+    (directory / name).write_bytes(marshal.dumps(compile("print('PLANTED')", "x", "exec")))
+    # WHEN the loader runs
+    done, frames = run(loader_argv(tmp_path))
+    # THEN the planted code is not run, the collector is, and nothing is written there
+    assert "PLANTED" not in done.stdout
+    assert frames.documents["nodeX"]["node"] == "nodeX"
+    assert [p.name for p in directory.iterdir()] == [name]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the directory to another user")
+def test_a_cache_directory_owned_by_another_user_is_never_used(tmp_path):
+    directory = tmp_path / "slurmdiag-0"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, 65534, 65534)
+    name = f"{collector_payload()[0]}-{sys.implementation.cache_tag}-{sys.hexversion:x}"
+    (directory / name).write_bytes(marshal.dumps(compile("print('PLANTED')", "x", "exec")))
+    done, frames = run(loader_argv(tmp_path))
+    assert "PLANTED" not in done.stdout
+    assert frames.documents["nodeX"]["node"] == "nodeX"
+
+
+def test_a_damaged_cache_file_is_replaced_by_a_fresh_compile(tmp_path):
+    run(loader_argv(tmp_path))
+    (cached,) = cache_files(tmp_path)
+    cached.write_bytes(b"\x00garbage")
+    done, frames = run(loader_argv(tmp_path))
+    assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
+    assert marshal.loads(cached.read_bytes()).co_filename == "slurmdiag-collector"
+
+
+def test_an_empty_cache_argument_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done, frames = run(loader_argv(""))
+    assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def fake_python(path: Path, version: str) -> str:
+    """An interpreter that reports ``version``: it exits as an old Python runs the loader."""
+    major, minor = (int(x) for x in version.split(".")[:2])
+    path.write_text(
+        "#!/bin/sh\n"
+        # the loader's first lines, as that Python would run them
+        f'[ "$5" = 1 ] && exit {TOO_OLD_EXIT}\n'
+        f'echo "slurmdiag: the collector needs Python 3.8+, found {version}" >&2; exit 1\n'
+        if (major, minor) < (3, 8) else f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def script_with_system_python(options: CollectOptions, system_python: str) -> list[str]:
+    argv = node_command("999999999", options, "nodeX")
+    argv[2] = argv[2].replace(SYSTEM_PYTHON, system_python)
+    return argv
+
+
+def test_node_command_prefers_the_system_python(tmp_path):
+    argv = node_command("999999999", CollectOptions(node_cache=str(tmp_path)), "nodeX")
+    assert argv[:2] == ["/bin/sh", "-c"] and SYSTEM_PYTHON in argv[2]
+    if os.access(SYSTEM_PYTHON, os.X_OK):
+        _done, frames = run(argv)
+        doc = frames.documents["nodeX"]
+        version = subprocess.run([SYSTEM_PYTHON, "-c", "import platform;print(platform.python_version())"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        assert doc["python"] == version
+
+
+def test_an_old_system_python_falls_back_to_the_controllers_interpreter(tmp_path):
+    # GIVEN a node whose system Python is 3.6
+    old = fake_python(tmp_path / "python3.6", "3.6.8")
+    argv = script_with_system_python(CollectOptions(node_cache=str(tmp_path)), old)
+    # THEN the node command runs the collector with the controller's interpreter instead
+    done, frames = run(argv)
+    assert frames.documents["nodeX"]["python"] == "{}.{}.{}".format(*sys.version_info[:3])
+    assert done.stderr == ""
+
+
+def test_a_missing_system_python_falls_back_too(tmp_path):
+    argv = script_with_system_python(CollectOptions(node_cache=str(tmp_path)),
+                                     str(tmp_path / "no-such-python"))
+    _done, frames = run(argv)
+    assert frames.documents["nodeX"]["python"] == "{}.{}.{}".format(*sys.version_info[:3])
+
+
+def test_an_explicit_old_node_python_says_why_nothing_ran(tmp_path):
+    old = fake_python(tmp_path / "python3.6", "3.6.8")
+    done, frames = run(node_command("999999999", CollectOptions(node_python=old), "nodeX"))
+    assert not frames.documents
+    assert "needs Python 3.8+, found 3.6.8" in done.stderr
+
+
+def test_the_real_loader_refuses_an_old_python_in_its_own_words():
+    # The version test is the loader's first statement: run it as a 3.6 would see it.
+    first = COLLECTOR_LOADER.split("import marshal")[0]
+    for has_fallback, expected in (("1", TOO_OLD_EXIT), ("", 1)):
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c",
+             ("import sys;sys.version_info=(3,6,8);sys.version='3.6.8 (fake)';"
+             "c=sys.argv.pop(1);exec(c)"),
+             first, has_fallback], capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == expected
+        if not has_fallback:
+            assert "needs Python 3.8+, found 3.6.8" in done.stderr
+
+
+def test_ssh_runs_the_same_node_command_through_the_login_shell(tmp_path):
+    options = CollectOptions(node_cache=str(tmp_path))
+    line = ssh_command(options, "999999999", "nodeX")
+    assert shlex.split(line) == node_command("999999999", options, "nodeX")
+    done, frames = run(["/bin/sh", "-c", line])
+    assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
