@@ -70,9 +70,10 @@ def collector_source() -> str:
     return resources.files("slurmdiag.collector").joinpath("node.py").read_text()
 
 
-# The node command's -c program; its arguments: "1" if the node command has another interpreter
-# to try when this one is older than 3.8 (the loader then exits with TOO_OLD_EXIT), the cache
-# directory (or ""), the collector's hash, its compressed source, and the collector's args.
+# The node command's -c program; its arguments: the interpreter to re-run it with if this one is
+# older than 3.8 (or ""), the cache directory (or ""), the collector's hash, its compressed
+# source, and the collector's args. The re-run takes this program and its arguments back from
+# /proc/self/cmdline, as `python -c` keeps the program text nowhere else.
 #
 # Compiling the collector's 70 KB of source costs ~15 ms of CPU a node, paid 32 times on the one
 # host of an emulated cluster. So each node keeps the compiled code in a private directory
@@ -80,11 +81,12 @@ def collector_source() -> str:
 # the source hash and the interpreter's exact version: the first attach to a node compiles, the
 # later ones load. Only the compressed source travels (~30 KB): marshalled code would be twice
 # that, and Python decodes every byte of its argv at start-up.
-TOO_OLD_EXIT = 98
-COLLECTOR_LOADER = f"""\
+COLLECTOR_LOADER = """\
 import sys,os
 if sys.version_info<(3,8):
- sys.exit({TOO_OLD_EXIT} if sys.argv[1] else 'slurmdiag: the collector needs Python 3.8+, found '+sys.version.split()[0])
+ if not sys.argv[1]:sys.exit('slurmdiag: the collector needs Python 3.8+, found '+sys.version.split()[0])
+ a=open('/proc/self/cmdline','rb').read().split(b'\\0')[:-1]
+ os.execvp(sys.argv[1],[sys.argv[1]]+a[1:5]+[b'']+a[6:])
 import marshal
 r,h,z=sys.argv[2:5];del sys.argv[1:5]
 u=os.getuid();d='%s/slurmdiag-%d'%(r,u);p='%s/%s-%s-%x'%(d,h,sys.implementation.cache_tag,sys.hexversion)
@@ -109,7 +111,7 @@ if c is None:
     finally:os.close(f)
     os.rename(q,p)
   except OSError:pass
-exec(c,{{'__name__':'__main__'}})
+exec(c,{'__name__':'__main__'})
 """
 
 
@@ -162,11 +164,11 @@ def preferred_node_python() -> str:
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 # $1: the controller's interpreter, $2: the loader, then the loader's arguments after the first.
-# /usr/bin/python3 first; the other interpreter when it is missing or older than 3.8.
+# /usr/bin/python3 first, exec'd (no shell left behind), with the other interpreter as the
+# loader's fallback when it is older than 3.8.
 _NODE_SCRIPT = (
     'p=$1; l=$2; shift 2; [ -x "$p" ] || p=python3; '
-    f'if [ -x {SYSTEM_PYTHON} ]; then {SYSTEM_PYTHON} -I -S -c "$l" 1 "$@"; r=$?; '
-    f'[ $r -eq {TOO_OLD_EXIT} ] || exit $r; fi; '
+    f'[ -x {SYSTEM_PYTHON} ] && exec {SYSTEM_PYTHON} -I -S -c "$l" "$p" "$@"; '
     'exec "$p" -I -S -c "$l" "" "$@"'
 )
 

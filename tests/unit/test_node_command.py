@@ -20,7 +20,6 @@ import pytest
 from slurmdiag.transport.collect import (
     COLLECTOR_LOADER,
     SYSTEM_PYTHON,
-    TOO_OLD_EXIT,
     CollectOptions,
     collector_payload,
     node_command,
@@ -116,73 +115,68 @@ def test_an_empty_cache_argument_writes_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def fake_python(path: Path, version: str) -> str:
-    """An interpreter that reports ``version``: it exits as an old Python runs the loader."""
-    major, minor = (int(x) for x in version.split(".")[:2])
-    path.write_text(
-        "#!/bin/sh\n"
-        # the loader's first lines, as that Python would run them
-        f'[ "$5" = 1 ] && exit {TOO_OLD_EXIT}\n'
-        f'echo "slurmdiag: the collector needs Python 3.8+, found {version}" >&2; exit 1\n'
-        if (major, minor) < (3, 8) else f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n'
-    )
+# An old Python, faked: the real interpreter runs the loader with sys.version_info set to 3.6,
+# so /proc/self/cmdline is what a real 3.6 would show. A "new" interpreter drops that prefix.
+FAKE_END = "#fake-python-3.6-end"
+FAKE_36 = "import sys;sys.version_info=(3,6,8);sys.version='3.6.8 (fake)'\n" + FAKE_END + "\n"
+
+
+def fake_python(path: Path, old: bool) -> str:
+    body = (f'l=$4; shift 4; exec {shlex.quote(sys.executable)} -I -S -c "{FAKE_36}$l" "$@"'
+            if old else
+            f'l=$4; shift 4; exec {shlex.quote(sys.executable)} -I -S -c "${{l#*{FAKE_END}}}" "$@"')
+    path.write_text("#!/bin/sh\n" + body + "\n")
     path.chmod(0o755)
     return str(path)
 
 
-def script_with_system_python(options: CollectOptions, system_python: str) -> list[str]:
+def node_script(options: CollectOptions, system_python: str, controller_python: str) -> list[str]:
+    """The node command with other paths for the system and the controller's interpreters."""
     argv = node_command("999999999", options, "nodeX")
     argv[2] = argv[2].replace(SYSTEM_PYTHON, system_python)
+    argv[4] = controller_python
     return argv
+
+
+def this_python() -> str:
+    return "{}.{}.{}".format(*sys.version_info[:3])
 
 
 def test_node_command_prefers_the_system_python(tmp_path):
     argv = node_command("999999999", CollectOptions(node_cache=str(tmp_path)), "nodeX")
     assert argv[:2] == ["/bin/sh", "-c"] and SYSTEM_PYTHON in argv[2]
     if os.access(SYSTEM_PYTHON, os.X_OK):
-        _done, frames = run(argv)
-        doc = frames.documents["nodeX"]
+        done, frames = run(argv)
         version = subprocess.run([SYSTEM_PYTHON, "-c", "import platform;print(platform.python_version())"],
                                  capture_output=True, text=True, check=True).stdout.strip()
-        assert doc["python"] == version
+        assert frames.documents["nodeX"]["python"] == version, done.stderr[-500:]
 
 
-def test_an_old_system_python_falls_back_to_the_controllers_interpreter(tmp_path):
-    # GIVEN a node whose system Python is 3.6
-    old = fake_python(tmp_path / "python3.6", "3.6.8")
-    argv = script_with_system_python(CollectOptions(node_cache=str(tmp_path)), old)
-    # THEN the node command runs the collector with the controller's interpreter instead
+def test_an_old_system_python_hands_over_to_the_controllers_interpreter(tmp_path):
+    # GIVEN a node whose system Python is 3.6 (RHEL 8), and the controller's interpreter
+    argv = node_script(CollectOptions(node_cache=str(tmp_path)),
+                       fake_python(tmp_path / "python3.6", old=True),
+                       fake_python(tmp_path / "python3.11", old=False))
+    # THEN the loader re-runs itself with the controller's interpreter, which collects
     done, frames = run(argv)
-    assert frames.documents["nodeX"]["python"] == "{}.{}.{}".format(*sys.version_info[:3])
+    assert frames.documents["nodeX"]["python"] == this_python(), done.stderr[-500:]
     assert done.stderr == ""
 
 
 def test_a_missing_system_python_falls_back_too(tmp_path):
-    argv = script_with_system_python(CollectOptions(node_cache=str(tmp_path)),
-                                     str(tmp_path / "no-such-python"))
-    _done, frames = run(argv)
-    assert frames.documents["nodeX"]["python"] == "{}.{}.{}".format(*sys.version_info[:3])
+    argv = node_script(CollectOptions(node_cache=str(tmp_path)), str(tmp_path / "no-such-python"),
+                       sys.executable)
+    done, frames = run(argv)
+    assert frames.documents["nodeX"]["python"] == this_python(), done.stderr[-500:]
 
 
-def test_an_explicit_old_node_python_says_why_nothing_ran(tmp_path):
-    old = fake_python(tmp_path / "python3.6", "3.6.8")
-    done, frames = run(node_command("999999999", CollectOptions(node_python=old), "nodeX"))
-    assert not frames.documents
-    assert "needs Python 3.8+, found 3.6.8" in done.stderr
-
-
-def test_the_real_loader_refuses_an_old_python_in_its_own_words():
-    # The version test is the loader's first statement: run it as a 3.6 would see it.
-    first = COLLECTOR_LOADER.split("import marshal")[0]
-    for has_fallback, expected in (("1", TOO_OLD_EXIT), ("", 1)):
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c",
-             ("import sys;sys.version_info=(3,6,8);sys.version='3.6.8 (fake)';"
-             "c=sys.argv.pop(1);exec(c)"),
-             first, has_fallback], capture_output=True, text=True, timeout=30, check=False)
-        assert done.returncode == expected
-        if not has_fallback:
-            assert "needs Python 3.8+, found 3.6.8" in done.stderr
+def test_an_old_python_with_nothing_to_hand_over_to_says_why_nothing_ran(tmp_path):
+    old = fake_python(tmp_path / "python3.6", old=True)
+    for argv in (node_command("999999999", CollectOptions(node_python=old), "nodeX"),
+                 node_script(CollectOptions(), old, fake_python(tmp_path / "py2", old=True))):
+        done, frames = run(argv)
+        assert not frames.documents
+        assert "slurmdiag: the collector needs Python 3.8+, found 3.6.8" in done.stderr
 
 
 def test_ssh_runs_the_same_node_command_through_the_login_shell(tmp_path):
