@@ -15,7 +15,12 @@ from slurmdiag.errors import SlurmdiagError, UsageError
 from slurmdiag.logs import findings_from_job_logs
 from slurmdiag.slurm.discover import discover_job, job_ref_from_user, to_job
 from slurmdiag.snapshot import Snapshot
-from slurmdiag.transport.collect import CollectOptions, FanoutResult, fan_out_srun
+from slurmdiag.transport.collect import (
+    DEFAULT_NODE_CACHE,
+    CollectOptions,
+    FanoutResult,
+    fan_out_srun,
+)
 from slurmdiag.transport.run import run_command
 
 TRANSPORTS = ("srun", "ssh")
@@ -58,6 +63,7 @@ def collect_snapshot(
     native: bool = False,
     transport: str = "srun",
     node_python: str | None = None,
+    node_cache: str | None = None,
     pyspy_path: str | None = None,
     nvidia_smi_path: str | None = None,
     flight_recorder: bool = False,
@@ -79,6 +85,7 @@ def collect_snapshot(
         native=native,
         timeout_s=timeout_s,
         node_python=node_python,
+        node_cache=DEFAULT_NODE_CACHE if node_cache is None else node_cache,
         pyspy_paths=(pyspy_path,) if pyspy_path else (),
         nvidia_smi_paths=(nvidia_smi_path,) if nvidia_smi_path else (),
         flight_recorder=flight_recorder,
@@ -171,7 +178,9 @@ def attach(job_id: str | int, *, out_dir: str | Path | None = None, write: bool 
     """Attach to a running job and return its analysed Snapshot.
 
     Options: samples=3, interval=1.0, strace_s=2.0, timeout_s=30.0, native=False,
-    transport="srun"|"ssh", node_python (default: this interpreter when the node has it, else python3), pyspy_path, nvidia_smi_path, ssh_options.
+    transport="srun"|"ssh", node_python (default: /usr/bin/python3 if 3.8+, else this
+    interpreter when the node has it, else python3), node_cache ("/dev/shm"; "" = off),
+    pyspy_path, nvidia_smi_path, ssh_options.
     With ``write=True`` (or an ``out_dir``) snapshot.json and report.html are written too.
     """
     return attach_job(

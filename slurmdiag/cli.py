@@ -92,7 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     attach.add_argument(
         "--node-python", default=None,
-        help="python on the nodes (default: this interpreter if the node has it, else python3)",
+        help="python on the nodes (default: /usr/bin/python3 if 3.8+, else this interpreter if the "
+        "node has it, else python3)",
+    )
+    attach.add_argument(
+        "--node-cache", default=None, metavar="DIR",
+        help="node-local directory under which each node keeps the compiled collector in a "
+        "private slurmdiag-UID directory (default /dev/shm; '' = compile every time)",
     )
     attach.add_argument("--py-spy", dest="pyspy_path", help="py-spy path on the nodes")
     attach.add_argument("--nvidia-smi", dest="nvidia_smi_path", help="nvidia-smi path on the nodes")
@@ -161,6 +167,7 @@ def _run_attach(args: argparse.Namespace) -> int:
         native=args.native,
         transport=args.transport,
         node_python=args.node_python,
+        node_cache=args.node_cache,
         pyspy_path=args.pyspy_path,
         nvidia_smi_path=args.nvidia_smi_path,
         flight_recorder=args.flight_recorder,

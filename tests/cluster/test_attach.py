@@ -196,6 +196,30 @@ def test_missing_py_spy_is_a_message_per_node(scenario_run, tmp_path):
         assert any("py-spy not found" in e for e in node["errors"]), node["errors"]
 
 
+def test_nodes_keep_the_compiled_collector_in_the_cache_directory_given(scenario_run, tmp_path):
+    # GIVEN a job, and a cache root of our own
+    run = scenario_run("healthy_slow")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # WHEN attaching twice through the CLI
+    for _ in range(2):
+        result = run_cli("attach", run.job_id, "--node-cache", str(cache), "--samples", "1",
+                         "--strace", "0", "--json", "--no-report", "--out", str(tmp_path))
+        assert result.returncode == 0, result.stderr
+        snapshot = json.loads(result.stdout)
+        assert {n["status"] for n in snapshot["nodes"]} == {"ok"}
+    # THEN the nodes (one host here) keep one private compiled collector for their interpreter
+    (private,) = cache.iterdir()
+    assert private.name == f"slurmdiag-{os.getuid()}" and private.stat().st_mode & 0o777 == 0o700
+    versions = {n["python"] for n in snapshot["nodes"]}
+    assert len(list(private.iterdir())) == len(versions) == 1
+    # AND '' turns the cache off
+    result = run_cli("attach", run.job_id, "--node-cache", "", "--samples", "1", "--strace", "0",
+                     "--json", "--no-report", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert {n["status"] for n in json.loads(result.stdout)["nodes"]} == {"ok"}
+
+
 def test_unknown_job_exits_3_with_one_line_error():
     result = run_cli("attach", "987654")
     assert result.returncode == 3
