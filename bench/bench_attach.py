@@ -6,8 +6,9 @@ All figures come from one run, side by side (median of --repeat runs, alternatin
   manual   the reference procedure: ONE srun over the nodes, each node dumping its ranks one
            after another with py-spy (`scontrol listpids | xargs py-spy dump`)
   attach   slurmdiag's collection with 1 sample and no strace (discovery, fan-out, decode,
-           assembly), through the Python API; and the CLI end to end (interpreter start,
-           analysis, report) for reference
+           assembly), through the Python API, with the nodes' compiled-collector cache warm
+           (as from the second attach on) and turned off; and the CLI end to end (interpreter
+           start, analysis, report) for reference
 
 It starts its own 32-node cluster in a separate state directory and ports, so it never restarts
 the test cluster. The hung job is 64 ranks blocked in a pipe read (2 per node): a stand-in for a
@@ -49,10 +50,22 @@ def sh(argv, env, timeout=120, check=True):
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=check)
 
 
-def timed(fn):
+def busy_cpu_s() -> float:
+    """CPU-seconds this machine has spent outside idle/iowait (all processes, all cores)."""
+    with open("/proc/stat") as handle:
+        fields = [int(x) for x in handle.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(fn, cpu: list[float] | None = None):
+    """Wall seconds of fn(); the machine's CPU-seconds meanwhile are appended to ``cpu``."""
+    busy = busy_cpu_s()
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(busy_cpu_s() - busy)
+    return wall
 
 
 def main() -> int:
@@ -107,8 +120,8 @@ def main() -> int:
 
         from slurmdiag.api import collect_snapshot
 
-        def attach_api():
-            snapshot, _ = collect_snapshot(job, samples=1, strace_s=0)
+        def attach_api(node_cache=None):
+            snapshot, _ = collect_snapshot(job, samples=1, strace_s=0, node_cache=node_cache)
             found = [r for _, r in snapshot.all_ranks() if r.samples and r.samples[0].threads]
             assert len(found) == len(pids), f"attach found {len(found)} of {len(pids)} ranks"
 
@@ -116,25 +129,29 @@ def main() -> int:
             sh([sys.executable, "-m", "slurmdiag.cli", "attach", job, "--samples", "1",
                 "--strace", "0", "--out", str(work / "out")], env)
 
-        figures: dict[str, list[float]] = {k: [] for k in
-                                           ("floor: srun true", "floor: py-spy x64 parallel",
-                                            "floor (sum)", "manual procedure",
-                                            "attach (API, 1 sample)", "attach (CLI end to end)")}
-        attach_api()  # warm caches once (imports, first step)
+        names = ("floor: srun true", "floor: py-spy x64 parallel", "floor (sum)", "manual procedure",
+                 "attach (API, 1 sample)", "attach (API, no node cache)", "attach (CLI end to end)")
+        figures: dict[str, list[float]] = {k: [] for k in names}
+        cpu: dict[str, list[float]] = {k: [] for k in names}
+        attach_api()  # warm caches once (imports, first step, the nodes' compiled collector)
         for _ in range(args.repeat):
-            a = timed(floor_srun)
-            b = timed(floor_pyspy)
+            a = timed(floor_srun, cpu["floor: srun true"])
+            b = timed(floor_pyspy, cpu["floor: py-spy x64 parallel"])
             figures["floor: srun true"].append(a)
             figures["floor: py-spy x64 parallel"].append(b)
             figures["floor (sum)"].append(a + b)
-            figures["manual procedure"].append(timed(manual))
-            figures["attach (API, 1 sample)"].append(timed(attach_api))
-            figures["attach (CLI end to end)"].append(timed(attach_cli))
+            cpu["floor (sum)"].append(cpu["floor: srun true"][-1] + cpu["floor: py-spy x64 parallel"][-1])
+            figures["manual procedure"].append(timed(manual, cpu["manual procedure"]))
+            figures["attach (API, 1 sample)"].append(timed(attach_api, cpu["attach (API, 1 sample)"]))
+            figures["attach (API, no node cache)"].append(
+                timed(lambda: attach_api(node_cache=""), cpu["attach (API, no node cache)"]))
+            figures["attach (CLI end to end)"].append(timed(attach_cli, cpu["attach (CLI end to end)"]))
         med = {k: statistics.median(v) for k, v in figures.items()}
         print(f"{NODES} nodes, {len(pids)} ranks, {len(nodes)} nodes in the job, "
-              f"median of {args.repeat} (s):")
+              f"median of {args.repeat} (s; CPU-s = the whole machine's busy CPU meanwhile):")
         for key, values in figures.items():
-            print(f"  {key:28s} {med[key]:6.2f}   (min {min(values):.2f}, max {max(values):.2f})")
+            print(f"  {key:28s} {med[key]:6.2f}   (min {min(values):.2f}, max {max(values):.2f})"
+                  f"   CPU-s {statistics.median(cpu[key]):5.2f}")
         ratio = med["attach (API, 1 sample)"] / med["floor (sum)"]
         print(f"  attach / floor = {ratio:.2f}   attach / manual = "
               f"{med['attach (API, 1 sample)'] / med['manual procedure']:.2f}")

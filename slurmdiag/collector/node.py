@@ -436,9 +436,14 @@ def find_tool(name, candidates):
 # ---------------------------------------------------------------- /proc readers
 
 
-def _read(path, binary=False):
-    """A whole file as text (or bytes), None if it cannot be read. os-level: a /proc walk reads
-    hundreds of small files, and io.open's buffered object costs a third of each read."""
+def _read(path, binary=False, one_show=False):
+    """A whole file as text (or bytes), None if it cannot be read.
+
+    os-level: a /proc walk reads hundreds of small files, and io.open's buffered object costs a
+    third of each read. ``one_show``: a /proc file the kernel writes in one piece (stat, comm,
+    cmdline, environ, wchan), so a read that does not fill the buffer got all of it; files of
+    records (/proc/net/tcp) come a page of whole records at a time and are read to the end.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -450,6 +455,8 @@ def _read(path, binary=False):
             if not chunk:
                 break
             chunks.append(chunk)
+            if one_show and len(chunk) < 65536:
+                break
     except OSError:
         return None
     finally:
@@ -468,7 +475,7 @@ def _read_int(path):
 
 def read_stat(pid):
     """Fields of /proc/PID/stat we use, or None if the process is gone."""
-    data = _read(f"/proc/{pid}/stat")
+    data = _read(f"/proc/{pid}/stat", one_show=True)
     if not data:
         return None
     close = data.rfind(")")
@@ -499,7 +506,7 @@ def parse_environ(data):
 
 
 def read_cmdline(pid):
-    data = _read(f"/proc/{pid}/cmdline", binary=True)
+    data = _read(f"/proc/{pid}/cmdline", binary=True, one_show=True)
     if data is None:
         return []
     args = data.split(b"\0")
@@ -564,15 +571,16 @@ def _foreign_environ(data, needle):
     return b"\0SLURMD_NODENAME=" in padded and needle not in padded
 
 
-def stepd_descendants(job_id, node):
+def stepd_descendants(job_id, node, skip_step=None):
     """{pid: step} below this job's slurmstepd processes on ``node``, from /proc alone; None if none.
 
     slurmstepd titles itself ``slurmstepd: [JOB.STEP]``; every process of a step descends from
-    its stepd. One pass over /proc/*/stat costs a few ms, where ``scontrol listpids`` costs
+    its stepd. One pass over /proc/*/stat costs 2-3 ms here, where ``scontrol listpids`` costs
     ~17 ms of CPU (libslurm, slurm.conf, a slurmd round trip): a cost paid on every node.
     Where several slurmd share a host (multiple-slurmd setups, the emulated test cluster) the
     other nodes' stepds are visible too: the environ of one task of each stepd says its node,
-    and a foreign stepd's subtree is dropped without reading any of its processes.
+    and a foreign stepd's subtree is dropped without reading any of its processes. So is
+    ``skip_step``, our own step.
     """
     prefix = f"slurmstepd: [{job_id}."
     parent = {}
@@ -580,7 +588,7 @@ def stepd_descendants(job_id, node):
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        data = _read(f"/proc/{name}/stat")
+        data = _read(f"/proc/{name}/stat", one_show=True)
         if not data:
             continue
         close = data.rfind(")")
@@ -590,9 +598,11 @@ def stepd_descendants(job_id, node):
         pid = int(name)
         parent[pid] = int(fields[1])
         if data[data.find("(") + 1 : close] == "slurmstepd":
-            title = _read(f"/proc/{name}/cmdline") or ""
+            title = _read(f"/proc/{name}/cmdline", one_show=True) or ""
             if title.startswith(prefix):
-                stepds[pid] = title[len(prefix) :].split("]", 1)[0]
+                step = title[len(prefix) :].split("]", 1)[0]
+                if step != skip_step:
+                    stepds[pid] = step
     if not stepds:
         return None
     children = {}
@@ -603,7 +613,7 @@ def stepd_descendants(job_id, node):
     for stepd, step in stepds.items():
         tasks = children.get(stepd, ())
         for task in tasks:
-            data = _read(f"/proc/{task}/environ", binary=True)
+            data = _read(f"/proc/{task}/environ", binary=True, one_show=True)
             if data is not None:  # the first readable task speaks for the stepd
                 break
         else:
@@ -660,7 +670,7 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
-            data = _read(f"/proc/{name}/environ", binary=True)
+            data = _read(f"/proc/{name}/environ", binary=True, one_show=True)
             # A cheap byte test; the parsed environ is checked again below.
             if data and any(needle in b"\0" + data for needle in needles):
                 pids[int(name)] = None
@@ -670,7 +680,7 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
     for pid in pids:
         if pid in exclude:
             continue
-        raw = _read(f"/proc/{pid}/environ", binary=True)
+        raw = _read(f"/proc/{pid}/environ", binary=True, one_show=True)
         if raw is None or _foreign_environ(raw, needle):
             continue  # gone, not ours to read, or another (emulated) node's process
         env = parse_environ(raw)
@@ -1603,7 +1613,12 @@ def collect(args, clock, doc, status):
     _enter_phase(status, "discovery")
     listing = None
     # "listpids" skips the /proc walk (tests, and sites whose stepd titles are not standard).
-    walked = stepd_descendants(job_id, node) if args.get("discovery", "auto") == "auto" else None
+    own_step = None
+    if (os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")) == job_id:
+        own_step = os.environ.get("SLURM_STEP_ID") or os.environ.get("SLURM_STEPID")
+    walked = None
+    if args.get("discovery", "auto") == "auto":
+        walked = stepd_descendants(job_id, node, own_step)
     if walked is None and scontrol:
         # No slurmstepd of the job visible here (another PID namespace, hidepid): ask Slurm.
         listing = Task(tool_run([scontrol, "listpids", job_id, node], min(5.0, clock.left())))
@@ -1741,7 +1756,7 @@ def collect(args, clock, doc, status):
         entry["cpu_window_s"] = round(window, 3)
         if window > 0.05:
             entry["cpu_percent"] = round((stat["ticks"] - ticks) / tick / window * 100.0, 1)
-        wchan = _read("/proc/{}/wchan".format(entry["pid"]))
+        wchan = _read("/proc/{}/wchan".format(entry["pid"]), one_show=True)
         entry["wchan"] = wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
 
     # strace after py-spy: both use ptrace.
