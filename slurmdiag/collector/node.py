@@ -900,6 +900,139 @@ def _in_dataloader_loop(threads):
     return False
 
 
+def _spawn_wrap_frame(threads):
+    """(frames, index) of torch.multiprocessing's ``_wrap`` in a stack, or None.
+
+    ``torch.multiprocessing.spawn``/``start_processes`` runs each rank as ``_wrap(fn, i, ...)``
+    in a child of the launching script: such a child is a rank, not a worker of its parent.
+    """
+    for thread in threads or ():
+        frames = thread.get("frames") or ()
+        for index, frame in enumerate(frames):
+            if frame.get("name") == "_wrap" and (frame.get("filename") or "").endswith(
+                "torch/multiprocessing/spawn.py"
+            ):
+                return frames, index
+    return None
+
+
+IDENTITY_LOCALS = {
+    "rank": ("rank", "global_rank"),
+    "world_size": ("world_size", "world"),
+}
+
+
+def spawn_identity(threads):
+    """{"local_rank", "rank", "world_size"} read from py-spy --locals of a spawned rank.
+
+    ``i`` of ``_wrap`` is the process index; the rank and world size are what the user's
+    function (the frame ``_wrap`` called) named ``rank``/``global_rank`` and
+    ``world_size``/``world``, when it did; a missing one is None.
+    """
+    found = _spawn_wrap_frame(threads)
+    out = {"local_rank": None, "rank": None, "world_size": None}
+    if found is None:
+        return out
+    frames, index = found
+
+    def local(frame, names):
+        for item in frame.get("locals") or ():
+            if item.get("name") in names:
+                value = _as_int(item.get("repr"))
+                if value is not None:
+                    return value
+        return None
+
+    out["local_rank"] = local(frames[index], ("i",))
+    if index > 0:
+        for key, names in IDENTITY_LOCALS.items():
+            out[key] = local(frames[index - 1], names)
+    return out
+
+
+def identity_dump(pyspy, pid, clock):
+    """Task: one ``py-spy dump --locals`` of ``pid``: its raw threads, or None."""
+    timeout = min(10.0, clock.left() - FINISH_RESERVE_S)
+    if timeout < 0.2:
+        return None
+    argv = [pyspy, "dump", "--json", "--locals", "--pid", str(pid)]
+    rc, out, _err, _note = yield from tool_run(argv, timeout)
+    if rc != 0:
+        return None
+    try:
+        return loads(out)
+    except ValueError:
+        return None
+
+
+def adopt_spawned_ranks(entries, pyspy, clock, concurrency):
+    """Children run by torch.multiprocessing.spawn become ranks, their parent an agent.
+
+    Called after the first round of samples, which shows ``_wrap`` in such a child's stack.
+    Their identity comes from one ``py-spy dump --locals`` each (see spawn_identity). When the
+    user's function names no rank, it is ``parent's rank x nprocs + i``, the usual formula.
+    """
+    spawned = [
+        e
+        for e in entries
+        if e["role"] in ("dataloader_worker", "child")
+        and e["samples"]
+        and _spawn_wrap_frame(e["samples"][0]["threads"]) is not None
+    ]
+    if not spawned:
+        return []
+    by_pid = {e["pid"]: e for e in entries}
+    identities = run_tasks((identity_dump(pyspy, e["pid"], clock) for e in spawned), concurrency)
+    parents = {}
+    for entry, threads in zip(spawned, identities):
+        identity = spawn_identity(threads if isinstance(threads, list) else None)
+        parent = by_pid.get(entry["rank_pid"])
+        parents.setdefault(entry["rank_pid"], []).append((entry, identity))
+        entry["role"], entry["rank_pid"], entry["launcher"] = "rank", None, "mp.spawn"
+        entry["local_rank"] = identity["local_rank"]
+        entry["rank"], entry["world_size"] = identity["rank"], identity["world_size"]
+        entry["parent_rank"] = parent["rank"] if parent else None
+        entry["parent_world_size"] = parent["world_size"] if parent else None
+    for parent_pid, children in parents.items():
+        nprocs = len(children)
+        for entry, identity in children:
+            if entry["rank"] is None and entry["local_rank"] is not None:
+                base = entry["parent_rank"] or 0
+                entry["rank"] = base * nprocs + entry["local_rank"]
+                entry["errors"].append(
+                    f"rank {entry['rank']} inferred as the launching process's rank ({base}) x "
+                    f"{nprocs} processes + index {entry['local_rank']}: the spawned function "
+                    "has no local named rank or global_rank"
+                )
+            if entry["world_size"] is None and entry["parent_world_size"]:
+                entry["world_size"] = entry["parent_world_size"] * nprocs
+            del entry["parent_rank"], entry["parent_world_size"]
+        parent = by_pid.get(parent_pid)
+        if parent is not None:
+            parent.update(role="agent", rank=None, local_rank=None, world_size=None,
+                          launcher="mp.spawn", rank_pid=None)
+    # Whatever else hung below a parent (its resource tracker) is its own process now; a
+    # spawned rank's own workers (DataLoader) hang under that rank.
+    ranks = {e["pid"] for e in entries if e["role"] == "rank"}
+    for entry in entries:
+        if entry["role"] in ("dataloader_worker", "child") and entry["rank_pid"] in parents:
+            owner = _nearest(entry["ppid"], by_pid, ranks)
+            entry["rank_pid"] = owner
+            if owner is None:
+                entry["role"] = "child"
+    return spawned
+
+
+def _nearest(pid, by_pid, ranks):
+    seen = set()
+    while pid in by_pid and pid not in seen:
+        if pid in ranks:
+            return pid
+        seen.add(pid)
+        pid = by_pid[pid]["ppid"]
+    return None
+
+
 def dump_stack(pyspy, pid, native, clock):
     """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly)."""
     t = round(time.time() - clock.started, 3)
@@ -1738,6 +1871,14 @@ def collect(args, clock, doc, status):
                 if entry["role"] == "child" and _in_dataloader_loop(result["threads"]):
                     entry["role"] = "dataloader_worker"  # a fork: same cmdline as its rank
             done += 1
+            if k == 0 and workers and adopt_spawned_ranks(entries, pyspy, clock, concurrency):
+                # mp.spawn: the "rank" was the launching script, its "workers" the ranks
+                ranks = [e for e in entries if e["role"] == "rank"]
+                rank_envs = {e["pid"]: procs[e["pid"]]["env"] for e in ranks}
+                if args.get("flight_recorder"):
+                    for entry in ranks:
+                        if entry["pid"] not in fr_requests:
+                            fr_requests[entry["pid"]] = fr_request(entry["pid"], rank_envs[entry["pid"]])
         if done and ranks and all(s["threads"] is None for e in ranks for s in e["samples"]):
             errors.append("py-spy produced no stack for any rank")
 

@@ -282,7 +282,7 @@ def test_gpu_finding_from_a_replayed_unknown_error(scenario_run):
 
 def test_truth_files_cover_every_launcher():
     launchers = {load_truth(name)["launcher"] for name in scenario_names()}
-    assert launchers == {"srun", "torchrun", "submitit"}
+    assert launchers == {"srun", "torchrun", "submitit", "mp.spawn"}
 
 
 def test_listpids_fallback_finds_the_same_ranks(scenario_run):

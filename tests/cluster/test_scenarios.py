@@ -186,6 +186,11 @@ def test_ranks_run_under_the_declared_launcher(scenario, scenario_run):
             assert "torchrun" in parent and record["launcher"] == "torchrun", (rank, parent)
         elif launcher == "submitit":
             assert "submitit.core._submit" in cmdline and record["launcher"] == "submitit"
+        elif launcher == "mp.spawn":
+            # a spawned child of the script that one srun task per node runs
+            grandparent = _cmdline(_parent_pid(_parent_pid(record["pid"])))
+            assert "--multiprocessing-fork" in cmdline and run.truth["program"] in parent, parent
+            assert grandparent.startswith("slurmstepd") and record["launcher"] == "mp.spawn"
         else:
             assert parent.startswith("slurmstepd") and record["launcher"] == "srun", (rank, parent)
 

@@ -38,7 +38,7 @@ class RankInfo:
     world_size: int
     local_rank: int
     node_rank: int
-    launcher: str  # torchrun | env | submitit | srun | single
+    launcher: str  # torchrun | env | submitit | srun | mp.spawn | single
 
 
 def rank_info(environ: Mapping[str, str] | None = None) -> RankInfo:
@@ -137,11 +137,14 @@ def job_id(environ: Mapping[str, str] | None = None) -> str | None:
     return env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
 
 
-def setup() -> RankInfo:
-    """First call of every scenario: arm the safety net and say who we are."""
+def setup(info: RankInfo | None = None) -> RankInfo:
+    """First call of every scenario: arm the safety net and say who we are.
+
+    ``info``: a rank that knows its place without its environment (one started by mp.spawn).
+    """
     # SIGALRM's default action ends the process even while it is blocked inside gloo.
     signal.alarm(SAFETY_NET_SECONDS)
-    info = rank_info()
+    info = info or rank_info()
     log(info, f"pid {os.getpid()} on {socket.gethostname()} "
               f"(node {os.environ.get('SLURMD_NODENAME', '?')}, launcher {info.launcher})")
     return info

@@ -36,7 +36,7 @@ REPO_ROOT = SCENARIO_DIR.parents[1]
 TIME_LIMIT_MINUTES = 30
 #: Ranks run at a lower priority so a spinning rank does not starve the test itself.
 NICENESS = 5
-LAUNCHERS = ("srun", "torchrun", "submitit")
+LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn")
 #: Variables of the submitting shell that would confuse the ranks or sbatch itself.
 _INHERITED_VARS_TO_DROP = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"
@@ -102,6 +102,11 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
                 "bash", "-c", agent,
                 torchrun]
         lines.append(shlex.join(argv) + ' "$RDZV_ADDR:$RDZV_PORT" ' + shlex.quote(str(program)))
+    elif truth["launcher"] == "mp.spawn":
+        # One task per node; the program spawns its ntasks_per_node ranks itself.
+        argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                "nice", "-n", str(NICENESS), python, "-u", str(program)]
+        lines.append(shlex.join(argv))
     else:
         raise ScenarioError(f"{truth['name']}: launcher {truth['launcher']!r} has no batch script")
     return "\n".join(lines) + "\n"

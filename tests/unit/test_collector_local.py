@@ -698,3 +698,83 @@ def test_sigterm_emits_a_partial_document_at_once() -> None:
     doc, wall = _run_with_stuck_collect({"job_id": "1", "node": "n1", "deadline_s": 20}, True)
     assert wall < 2.0
     assert doc["errors"] == ["signal 15 received during py-spy sampling; document is partial"]
+
+
+# ---------------------------------------------------------------- torch.multiprocessing.spawn
+
+SPAWNED = REPO / "tests/fixtures/py_spy/local_pyspy0.4_json_locals_mp_spawn_rank1.json"
+
+
+def test_spawned_rank_identity_from_real_locals() -> None:
+    # GIVEN py-spy --locals of rank 1 of a job whose ranks mp.spawn started (real dump)
+    threads = json.loads(SPAWNED.read_text())
+    # THEN the index comes from _wrap's i, rank and world size from the spawned function
+    assert collector.spawn_identity(threads) == {"local_rank": 1, "rank": 1, "world_size": 4}
+    # AND a stack without _wrap says nothing
+    plain = json.loads((REPO / "tests/fixtures/py_spy/local_pyspy0.4_json_blocked.json").read_text())
+    assert collector.spawn_identity(plain) == {"local_rank": None, "rank": None, "world_size": None}
+
+
+def _entry(pid: int, ppid: int, role: str, rank_pid: int | None, threads: list | None,
+           rank: int | None = None, world_size: int | None = None) -> dict:
+    return {"pid": pid, "ppid": ppid, "role": role, "rank_pid": rank_pid, "rank": rank,
+            "local_rank": None, "world_size": world_size, "launcher": "srun", "errors": [],
+            "samples": [{"t": 0.1, "threads": threads, "error": None}]}
+
+
+def _fake_pyspy(tmp_path: Path, dumps: dict[int, Path]) -> str:
+    """A py-spy that replays a saved dump for each pid (``dump --json --locals --pid P``)."""
+    cases = "".join(f"  {pid}) cat {path};;\n" for pid, path in dumps.items())
+    tool = tmp_path / "py-spy"
+    tool.write_text(f'#!/bin/sh\ncase "$5" in\n{cases}  *) exit 1;;\nesac\n')
+    tool.chmod(0o755)
+    return str(tool)
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_spawned_children_become_ranks_and_their_script_an_agent(tmp_path: Path, named: bool) -> None:
+    # GIVEN the srun task of node 1 (SLURM_PROCID 1 of 2) whose two "workers" run _wrap, its
+    # resource tracker, and a DataLoader worker of the second child
+    real = json.loads(SPAWNED.read_text())
+    if not named:  # a spawned function that keeps the rank in no local of its own
+        for frame in real[0]["frames"]:
+            if frame["name"] == "run":
+                frame["locals"] = [v for v in frame["locals"]
+                                   if v["name"] not in ("rank", "world_size")]
+    dumps: list[Path] = []
+    for index in (0, 1):
+        threads = json.loads(json.dumps(real))
+        for frame in threads[0]["frames"]:
+            for item in frame.get("locals") or ():
+                if frame["name"] == "_wrap" and item["name"] == "i":
+                    item["repr"] = str(index)
+        path = tmp_path / f"dump{index}.json"
+        path.write_text(json.dumps(threads))
+        dumps.append(path)
+    slim = collector.slim_threads(real)
+    entries = [
+        _entry(100, 1, "rank", None, [], rank=1, world_size=2),
+        _entry(101, 100, "dataloader_worker", 100, slim),
+        _entry(102, 100, "dataloader_worker", 100, slim),
+        _entry(103, 100, "child", 100, []),  # multiprocessing's resource tracker
+        _entry(104, 102, "dataloader_worker", 100, []),
+    ]
+    # WHEN they are adopted (py-spy replays each child's dump)
+    by_pid = {e["pid"]: e for e in entries}
+    pyspy = _fake_pyspy(tmp_path, {101: dumps[0], 102: dumps[1]})
+    adopted = collector.adopt_spawned_ranks(entries, pyspy, collector.Clock(20), 2)
+    # THEN the children are ranks with their identity, the script an agent
+    assert [e["pid"] for e in adopted] == [101, 102]
+    assert by_pid[100]["role"] == "agent" and by_pid[100]["launcher"] == "mp.spawn"
+    assert by_pid[100]["rank"] is None
+    for pid, local in ((101, 0), (102, 1)):
+        entry = by_pid[pid]
+        assert (entry["role"], entry["launcher"], entry["local_rank"]) == ("rank", "mp.spawn", local)
+        if named:  # what the function computed (a real dump: its rank was 1, world 4)
+            assert (entry["rank"], entry["world_size"], entry["errors"]) == (1, 4, [])
+        else:  # the usual formula from the script's own rank, and said so
+            assert entry["rank"] == 1 * 2 + local and entry["world_size"] == 2 * 2
+            assert "inferred" in entry["errors"][0]
+    # AND the DataLoader worker hangs under its own rank, the tracker under nobody
+    assert by_pid[104]["rank_pid"] == 102
+    assert by_pid[103]["rank_pid"] is None and by_pid[103]["role"] == "child"
