@@ -10,7 +10,9 @@ From ``Node.nics`` and each rank's connections and allowlisted environment:
 - ``nic_mtu_mismatch``: the interfaces in use (else same-named ones) differ in MTU across hosts;
 - ``nic_env_missing_device``: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / NCCL_IB_HCA name a
   device the node lacks (NCCL semantics: comma list, prefix match, ``=`` exact, ``^`` exclude);
-- ``ib_port_down``: an InfiniBand port that is not ACTIVE.
+- ``ib_port_down``: an InfiniBand port that is not ACTIVE;
+- ``nic_master_unreachable``: MASTER_ADDR is an address no node of the job has, and no rank
+  holds an established connection to MASTER_ADDR:MASTER_PORT (the store is out of reach).
 
 From ``Snapshot.log_findings``: NCCL's "NET/Socket : Using", "Bootstrap : Using" lines feed the
 same interface checks, and PyTorch watchdog timeouts become ``watchdog_timeout`` verdicts
@@ -407,6 +409,66 @@ def _loopback_env_findings(hosts: _Hosts) -> list[Verdict]:
                     _STEP_IFNAME,
                 )
             )
+    return found
+
+
+def _is_ip_literal(text: str) -> bool:
+    return bool(re.fullmatch(r"\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*", text))
+
+
+def _master_findings(hosts: _Hosts) -> list[Verdict]:
+    """MASTER_ADDR that is an address of no node, with nobody connected to the store."""
+    every_address = {
+        _ip(a) for n in hosts.nodes for i in (n.nics.interfaces if n.nics else ()) for a in i.addresses
+    }
+    if not every_address:
+        return []  # no interface data: nothing to compare with
+    wanted: dict[tuple[str, str | None], list[tuple[Node, int | None]]] = {}
+    for node in hosts.nodes:
+        for rank in node.ranks:
+            addr = rank.env.get("MASTER_ADDR")
+            if addr:
+                wanted.setdefault((addr, rank.env.get("MASTER_PORT")), []).append((node, rank.rank))
+    found = []
+    for (addr, port), users in sorted(wanted.items(), key=lambda kv: kv[0][0]):
+        if not _is_ip_literal(addr) or _is_loopback_ip(addr) or addr in every_address:
+            continue
+        target = f"{addr}:{port}" if port else addr
+        conns = [
+            (node, rank, c)
+            for node, rank in users
+            for r in node.ranks
+            if r.rank == rank
+            for c in r.connections
+            if _endpoint_ip(c.remote) == addr
+            and (port is None or c.remote.rsplit(":", 1)[-1] == port)
+        ]
+        if any(c.state == "ESTABLISHED" for _, _, c in conns):
+            continue  # something at that address answers: a store outside the job
+        ranks = sorted({r for _, r in users if r is not None})
+        evidence = [
+            f"rank {r} on {n.name}: {c.local} -> {c.remote} {c.state}" for n, r, c in conns[:6]
+        ] or [f"no rank has a connection to {target}"]
+        if port:
+            listeners = sorted(
+                {n.name for n in hosts.nodes for r in n.ranks for c in r.connections
+                 if c.state == "LISTEN" and c.local.rsplit(":", 1)[-1] == port}
+            )
+            if listeners:
+                evidence.append(f"port {port} is served (LISTEN) on {_label(listeners)}")
+        found.append(
+            _verdict(
+                "nic_master_unreachable",
+                "critical",
+                f"MASTER_ADDR {addr} is not an address of any node of the job and no rank is "
+                f"connected to {target}: the ranks cannot reach the rendezvous store",
+                ranks,
+                evidence,
+                "set MASTER_ADDR to the first node of the job, e.g. "
+                "$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1), or an address it "
+                "has; check with `ip -br addr` on that node",
+            )
+        )
     return found
 
 
@@ -827,6 +889,7 @@ def nic_findings(snapshot: Snapshot) -> list[Verdict]:
     env, named_by_node = _env_findings(hosts)
     found.extend(env)
     found.extend(_loopback_env_findings(hosts))
+    found.extend(_master_findings(hosts))
     logs, log_ifaces = _log_findings(snapshot, hosts, any(v.kind == "nic_mismatch" for v in conn))
     found.extend(logs)
     found.extend(_mtu_findings(hosts, used_by_host, named_by_node, log_ifaces))

@@ -91,6 +91,12 @@ NEXT_STEPS = {
         "attach --flight-recorder) to see which rank's queue is behind, and rerun with "
         "NCCL_DEBUG=INFO: the node whose log stops first is the culprit"
     ),
+    "rendezvous": (
+        "the ranks cannot meet: check that MASTER_ADDR:MASTER_PORT (or the rendezvous endpoint) "
+        "is an address of the job's first node and reachable from every node (firewall, "
+        "interface), that every one of WORLD_SIZE ranks was started (one that died before "
+        "init leaves the others here: see the job log), and that no other job holds the port"
+    ),
     "progressing": (
         "not hung: the stacks move between samples; if it is too slow, profile a step "
         "(py-spy record, torch profiler) and compare ranks; attach again if the step counter stops"
@@ -109,6 +115,10 @@ NEXT_STEPS = {
         "nodes directly (scontrol show node, ssh): a node that cannot answer may be the culprit"
     ),
 }
+# Collectives of start-up: waiting here means the process group never formed.
+STARTUP_OPS = frozenset(
+    {"init_process_group", "rendezvous", "_store_based_barrier", "new_group", "init_device_mesh"}
+)
 STRAGGLER_STEPS = {
     "data_loading": (
         "look at this rank's DataLoader workers (py-spy dump their pids; a dead or deadlocked "
@@ -669,6 +679,19 @@ def _missing(
 def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdict:
     head = waiting[0]
     ranks = [s.rank for s in waiting]
+    if head.status == "waiting" and head.op in STARTUP_OPS:
+        return Verdict(
+            kind="all_waiting",
+            severity=severity,
+            summary=(
+                f"every known rank ({format_int_ranges(ranks)}) waits in {head.op} at "
+                f"{head.site}: the process group never formed (rendezvous)"
+            ),
+            culprit_ranks=(),
+            sites=_unique([head.site]),
+            evidence=tuple(_group_evidence(waiting)),
+            next_step=NEXT_STEPS["rendezvous"],
+        )
     if head.status == "waiting":
         summary = (
             f"every known rank ({format_int_ranges(ranks)}) waits in {head.op} at {head.site}: "

@@ -16,6 +16,9 @@ _ROW_RE = re.compile(
     r"(?P<calls>\d+)\s+(?:(?P<errors>\d+)\s+)?(?P<syscall>[A-Za-z_][\w]*)\s*$"
 )
 _STRACE_NOTE_RE = re.compile(r"strace: (?!Process \d+ (?:attached|detached))(.+)$")
+# strace names itself as started: "strace: ..." or "/usr/bin/strace: ..."
+_ATTACHED_RE = re.compile(r"^(?:\S*/)?strace: Process \d+ attached", re.MULTILINE)
+_DETACHED_RE = re.compile(r"^(?:\S*/)?strace: Process \d+ detached", re.MULTILINE)
 
 
 def _decimal(text: str) -> float:
@@ -61,6 +64,13 @@ def parse_strace_summary(text: str) -> StraceSummary:
             )
         )
     if not header_seen:
+        if strace_note is None and _ATTACHED_RE.search(text) and _DETACHED_RE.search(text):
+            # strace -c prints no table at all when no call completed in the window
+            return StraceSummary(
+                status="ok",
+                message="no system call completed in the window: every thread stayed blocked "
+                "in the call it was in",
+            )
         error = strace_note or "no 'strace -c' summary table in the output"
         return StraceSummary(status="error", message=error)
     return StraceSummary(

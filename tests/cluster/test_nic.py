@@ -37,3 +37,57 @@ def test_nccl_variables_naming_missing_devices_are_found(misconfigured_job):
     # AND the job itself is not called hung
     assert not [v for v in snapshot.verdicts if v.kind in (
         "mismatched_collective", "straggler", "spinning", "missing_rank", "all_waiting")]
+
+
+RENDEZVOUS_PROGRAM = """
+import os
+import torch.distributed as dist
+
+def main():
+    rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)  # never returns
+    dist.barrier()
+
+main()
+"""
+
+
+def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_cluster, tmp_path):
+    # GIVEN a 2-node job whose MASTER_ADDR is an address no node has (a stale one)
+    import subprocess
+    import sys
+    import time
+
+    from slurmdiag.api import collect_snapshot
+    from slurmdiag.errors import JobNotRunning
+
+    program = tmp_path / "train.py"
+    program.write_text(RENDEZVOUS_PROGRAM)
+    wrap = (f"MASTER_ADDR=10.255.255.1 MASTER_PORT=29517 srun {sys.executable} {program}")
+    job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--time=10",
+                          f"--output={tmp_path}/job.out", f"--wrap={wrap}"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    try:
+        # (its ranks need a few seconds to import torch and enter init_process_group)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                snapshot, _ = collect_snapshot(job, samples=1, strace_s=0, timeout_s=20)
+            except JobNotRunning:  # still pending
+                stacks = []
+            else:
+                stacks = [" ".join(f.function for t in r.samples[0].threads for f in t.frames)
+                          for _, r in snapshot.all_ranks() if r.samples and r.samples[0].threads]
+            if len(stacks) == 2 and all("init_process_group" in s for s in stacks):
+                break
+            assert time.monotonic() < deadline, (stacks, (tmp_path / "job.out").read_text()[-2000:])
+            time.sleep(2)
+        # WHEN attaching
+        verdicts = attach_job(job, write=False, samples=2, interval=0.5, strace_s=1).snapshot.verdicts
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, check=False)
+    # THEN the hang is a rendezvous that never formed, and the address is the reason
+    kinds = {v.kind: v for v in verdicts}
+    assert "never formed" in kinds["all_waiting"].summary
+    master = kinds["nic_master_unreachable"]
+    assert master.culprit_ranks == (0, 1) and "10.255.255.1" in master.summary

@@ -248,6 +248,34 @@ def test_master_addr_on_loopback_across_hosts() -> None:
     assert v.severity == "critical" and v.culprit_ranks == (0, 1)
 
 
+def test_master_addr_that_no_node_has_and_nobody_reaches() -> None:
+    # GIVEN ranks whose MASTER_ADDR is an address of no node (a stale or mistyped one), with
+    # the half-open connections a TCPStore client leaves while it retries (as seen here)
+    env = {"MASTER_ADDR": "10.255.255.1", "MASTER_PORT": "29511"}
+    conns = (Connection("10.0.0.1:53662", "10.255.255.1:29511", "SYN_SENT", "eth0"),
+             Connection("[::]:29511", "[::]:0", "LISTEN", None))
+    s = two_hosts(env0=env, env1=env, conns0=conns)
+    # THEN one critical finding names the address, the ranks and what their sockets show
+    (v,) = by_kind(nic_findings(s), "nic_master_unreachable")
+    assert v.severity == "critical" and v.culprit_ranks == (0, 1)
+    assert "10.255.255.1" in v.summary
+    assert any("SYN_SENT" in e for e in v.evidence)
+    assert any("LISTEN" in e and "node001" in e for e in v.evidence)
+
+
+@pytest.mark.parametrize(
+    ("addr", "state"),
+    [("10.0.0.1", "SYN_SENT"),          # an address of node001: the right place
+     ("node001", "SYN_SENT"),           # a name: not judged from here
+     ("10.255.255.1", "ESTABLISHED")],  # outside the job, but it answers (an external store)
+)
+def test_master_addr_that_is_fine_or_cannot_be_judged(addr: str, state: str) -> None:
+    env = {"MASTER_ADDR": addr, "MASTER_PORT": "29511"}
+    conns = (Connection("10.0.0.2:53662", f"{addr}:29511", state, "eth0"),)
+    s = two_hosts(env0=env, env1=env, conns0=conns)
+    assert by_kind(nic_findings(s), "nic_master_unreachable") == []
+
+
 def test_emulated_nodes_on_one_host_get_no_between_host_findings() -> None:
     # every "node" of the local cluster is the same machine: same addresses, traffic over lo
     same = nics(eth("eth0", "10.9.9.9"))

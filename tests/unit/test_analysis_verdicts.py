@@ -260,6 +260,17 @@ def test_every_rank_in_the_same_collective_points_below_python() -> None:
     assert "Flight Recorder" in (v.next_step or "")
 
 
+def test_every_rank_in_init_process_group_is_a_rendezvous_that_never_formed() -> None:
+    # GIVEN every rank still inside init_process_group (a store nobody reaches, a port taken)
+    a = diagnose(job(2, 2, lambda r: [collective("init_process_group", user_line=12)] * K))
+    # THEN the verdict says the group never formed and points at the rendezvous, not at
+    # collective queues (there are none yet)
+    assert kinds(a) == ["all_waiting"]
+    v = a.verdicts[0]
+    assert "never formed" in v.summary and "MASTER_ADDR" in (v.next_step or "")
+    assert "Flight Recorder" not in (v.next_step or "")
+
+
 def test_every_rank_busy_at_one_line_is_reported_as_stuck_together() -> None:
     # NCCL collectives are asynchronous: hung ranks show up at the next sync, e.g. .item()
     s = job(2, 2, lambda r: [in_user(77)] * K, overrides={r: {"active": True} for r in range(4)})

@@ -106,6 +106,18 @@ def test_local_attach_with_threads_and_detach_lines() -> None:
     assert summary.window_s == 0.0  # the caller knows the window, not the text
 
 
+def test_no_call_completed_in_the_window_is_a_finding_not_an_error() -> None:
+    # GIVEN a real `strace -c -f -p PID` (1 s, SIGINT) on a rank stuck in init_process_group:
+    # both threads stayed in one call, and strace printed no table at all
+    text = read("local_strace6.1_c_f_no_syscall_completed.txt")
+    # (started by its full path, as the collector does, strace names itself so)
+    for variant in (text, text.replace("strace:", "/usr/bin/strace:")):
+        summary = parse_strace_summary(variant)
+        # THEN that is an ok summary with no rows, and the message says what it means
+        assert summary.status == "ok" and summary.syscalls == ()
+        assert summary.message is not None and "no system call completed" in summary.message
+
+
 def test_plain_strace_trace_is_an_error_status_not_an_exception() -> None:
     # GIVEN a plain strace trace (no -c), with program output inside a write() line
     summary = parse_strace_summary(read("issue_Pyrit492_strace_futex_wait_private_PARTIAL.txt"))
