@@ -60,7 +60,8 @@ from slurmdiag.analysis.stacks import (
     is_user_file,
     merge_stacks,
 )
-from slurmdiag.snapshot import LogFinding, Snapshot, Verdict
+from slurmdiag.slurm.parse import compress_hostlist
+from slurmdiag.snapshot import Frame, LogFinding, Snapshot, Verdict, WorkerProcess
 
 __all__ = ["HANG_KINDS", "diagnose"]
 
@@ -108,7 +109,15 @@ NEXT_STEPS = {
     ),
     "no_ranks": (
         "check that the job is still running (squeue) and that its processes are Python "
-        "programs started by srun/torchrun; pass --pid-filter if they run under a wrapper"
+        "programs started by srun, torchrun, accelerate, deepspeed or mp.spawn; look at the "
+        "nodes' other processes in the report and at the job log for why no rank started"
+    ),
+    "launcher_rendezvous": (
+        "the launchers wait for each other before starting any rank: give every node the same "
+        "--nnodes, --rdzv-id and --rdzv-endpoint (an address of the job's first node, reachable "
+        "from all), launch one agent per node (srun --ntasks-per-node=1), and use --standalone "
+        "only for a single node; the agent's rendezvous times out after --rdzv-conf "
+        "join_timeout (900 s)"
     ),
     "incomplete": (
         "look at the failed nodes' messages; attach again with a longer --timeout, or check the "
@@ -676,6 +685,53 @@ def _missing(
     )
 
 
+def _launchers_in_rendezvous(snapshot: Snapshot) -> list[tuple[str, WorkerProcess, Frame]]:
+    """(node, agent, frame) of launcher agents whose stack is in an elastic rendezvous."""
+    found = []
+    for node in snapshot.nodes:
+        for proc in node.other_processes:
+            if proc.role != "agent":
+                continue
+            for sample in proc.samples[:1]:
+                frames = [
+                    f
+                    for t in sample.threads
+                    for f in t.frames
+                    if "/elastic/rendezvous/" in f.file.replace("\\", "/")
+                    or f.function.rsplit(".", 1)[-1] in ("next_rendezvous", "_rendezvous")
+                ]
+                # the handler's next_rendezvous names the wait better than a retry helper
+                named = [f for f in frames if f.function.endswith("next_rendezvous")]
+                if frames:
+                    found.append((node.name, proc, (named or frames)[0]))
+    return found
+
+
+def _launchers_waiting(
+    snapshot: Snapshot, waiting: list[tuple[str, WorkerProcess, Frame]]
+) -> Verdict:
+    nodes = [name for name, _, _ in waiting]
+    silent = [n.name for n in snapshot.nodes if n.status == "ok" and n.name not in nodes]
+    frame = waiting[0][2]
+    evidence = [
+        f"{name}: pid {proc.pid} {' '.join(proc.cmdline)[:200]}" for name, proc, _ in waiting[:6]
+    ]
+    if silent:
+        evidence.append(f"no launcher in a rendezvous on {compress_hostlist(silent)}")
+    return Verdict(
+        kind="no_ranks",
+        severity="critical",
+        summary=(
+            f"no rank has started: the launchers on {compress_hostlist(nodes)} wait in their "
+            f"rendezvous ({frame.function} at {frame.file}:{frame.line}) for nodes that never join"
+        ),
+        culprit_ranks=(),
+        sites=(f"{frame.file}:{frame.line}",),
+        evidence=tuple(evidence),
+        next_step=NEXT_STEPS["launcher_rendezvous"],
+    )
+
+
 def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdict:
     head = waiting[0]
     ranks = [s.rank for s in waiting]
@@ -806,6 +862,9 @@ def _hang_verdicts(
                     next_step=NEXT_STEPS["no_ranks"],
                 )
             ], False
+        waiting_launchers = _launchers_in_rendezvous(snapshot)
+        if waiting_launchers:
+            return [_launchers_waiting(snapshot, waiting_launchers)], False
         return [
             Verdict(
                 kind="no_ranks",

@@ -1828,6 +1828,8 @@ def collect(args, clock, doc, status):
     ]
     if not ranks:
         errors.append(f"no rank processes of job {job_id} found on {node}")
+        # A launcher with no ranks yet (torchrun waiting in its rendezvous) is worth one stack.
+        workers += [e for e in entries if e["role"] == "agent" and e["pid"] not in unsampled]
 
     # Flight Recorder: ask hooked ranks first, so they dump while the stacks are sampled.
     fr_requests = {}

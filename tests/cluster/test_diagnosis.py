@@ -99,3 +99,42 @@ def test_native_frames_keep_the_verdict_and_show_gloo_below_python(scenario_run)
     verdict = top_verdict(snapshot)
     assert verdict.kind == run.truth["expected_kind"]
     assert list(verdict.culprit_ranks) == run.truth["culprit_ranks"]
+
+
+def test_torchrun_agents_waiting_for_a_node_that_never_joins(local_cluster, tmp_path):
+    # GIVEN torchrun told --nnodes=2 but started on one node only (D2): no rank ever starts
+    import time
+
+    from slurmdiag.api import collect_snapshot
+    from slurmdiag.errors import JobNotRunning
+
+    program = tmp_path / "train.py"
+    program.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n")
+    torchrun = Path(sys.executable).parent / "torchrun"
+    wrap = (f"srun {torchrun} --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d "
+            f"--rdzv-endpoint=127.0.0.1:29457 --rdzv-id=d2 {program}")
+    job = subprocess.run(["sbatch", "--parsable", "-N1", "--time=10", f"--output={tmp_path}/out",
+                          f"--wrap={wrap}"], capture_output=True, text=True, timeout=30,
+                         check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # until the agent's stack is in its rendezvous (importing torch takes a while)
+            try:
+                snapshot, _ = collect_snapshot(job, samples=1, strace_s=0, timeout_s=20)
+                stacks = [" ".join(f.function for s in p.samples for t in s.threads for f in t.frames)
+                          for n in snapshot.nodes for p in n.other_processes if p.role == "agent"]
+            except JobNotRunning:
+                stacks = []
+            if any("next_rendezvous" in s for s in stacks):
+                break
+            assert time.monotonic() < deadline, (stacks, (tmp_path / "out").read_text()[-2000:])
+            time.sleep(2)
+        # WHEN attaching
+        snapshot = attach_job(job, write=False, samples=1, strace_s=0).snapshot
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, check=False)
+    # THEN the verdict says why no rank started, and where the launcher waits
+    verdict = snapshot.verdicts[0]
+    assert (verdict.kind, verdict.severity) == ("no_ranks", "critical"), snapshot.verdicts
+    assert "rendezvous" in verdict.summary and "node001" in verdict.summary
+    assert verdict.sites and "dynamic_rendezvous.py" in verdict.sites[0]

@@ -16,6 +16,8 @@ from snapfactory import (
     rank,
     snap,
     spinning_in,
+    stack,
+    thread,
 )
 
 from slurmdiag.analysis import analyze, diagnose
@@ -269,6 +271,33 @@ def test_every_rank_in_init_process_group_is_a_rendezvous_that_never_formed() ->
     v = a.verdicts[0]
     assert "never formed" in v.summary and "MASTER_ADDR" in (v.next_step or "")
     assert "Flight Recorder" not in (v.next_step or "")
+
+
+def test_launchers_waiting_in_their_rendezvous_explain_why_no_rank_started() -> None:
+    # GIVEN a job with no rank yet: its torchrun agent waits for a second node that never joins
+    # (frames as py-spy printed them for torchrun --nnodes=2 started on one node)
+    rdzv = "/venv/lib/python3.11/site-packages/torch/distributed/elastic/rendezvous"
+    agent_stack = stack(
+        f"_delay {rdzv}/utils.py:181",
+        f"_DistributedRendezvousOpExecutor.run {rdzv}/dynamic_rendezvous.py:685",
+        f"DynamicRendezvousHandler.next_rendezvous {rdzv}/dynamic_rendezvous.py:1171",
+        "SimpleElasticAgent._rendezvous /venv/lib/python3.11/site-packages/torch/distributed/"
+        "elastic/agent/server/api.py:528",
+    )
+    agent = WorkerProcess(pid=77, role="agent", cmdline=("torchrun", "--nnodes=2"),
+                          samples=(Sample(t=0.0, threads=(thread(agent_stack),)),))
+    s = snap(replace(node("node001"), other_processes=(agent,)), node("node002"))
+    a = diagnose(s)
+    # THEN the verdict says the launchers wait in their rendezvous, where, and what to check
+    (v,) = a.verdicts
+    assert (v.kind, v.severity) == ("no_ranks", "critical")
+    assert "rendezvous" in v.summary and "node001" in v.summary
+    assert v.sites == (f"{rdzv}/dynamic_rendezvous.py:1171",)
+    assert "--rdzv-endpoint" in (v.next_step or "")
+    assert any("node002" in e for e in v.evidence)
+    # AND without such a launcher it stays the plain "no rank" warning
+    (plain,) = diagnose(snap(node("node001"))).verdicts
+    assert (plain.kind, plain.severity) == ("no_ranks", "warning")
 
 
 def test_every_rank_busy_at_one_line_is_reported_as_stuck_together() -> None:
