@@ -43,9 +43,10 @@ def _fan_out(
     transport: str,
     ssh_options: dict | None,
     progress: Callable[[int, int], None] | None,
+    het_group: tuple[str, int] | None = None,
 ) -> FanoutResult:
     if transport == "srun":
-        return fan_out_srun(job_id, nodes, options, progress=progress)
+        return fan_out_srun(job_id, nodes, options, progress=progress, het_group=het_group)
     if transport == "ssh":
         from slurmdiag.transport.ssh import fan_out_ssh
 
@@ -90,7 +91,12 @@ def collect_snapshot(
         nvidia_smi_paths=(nvidia_smi_path,) if nvidia_smi_path else (),
         flight_recorder=flight_recorder,
     )
-    fanout = _fan_out(slurm_job.job_id, slurm_job.nodes, options, transport, ssh_options, progress)
+    het_group = None
+    if slurm_job.het_job_id and slurm_job.het_job_offset is not None:
+        het_group = (slurm_job.het_job_id, slurm_job.het_job_offset)
+    fanout = _fan_out(
+        slurm_job.job_id, slurm_job.nodes, options, transport, ssh_options, progress, het_group
+    )
     nodes = tuple(node_from_outcome(fanout.nodes[name]) for name in slurm_job.nodes)
     job = to_job(slurm_job)
     snapshot = Snapshot(

@@ -369,6 +369,14 @@ def _expected_ranks(snapshot: Snapshot, merge: StackMerge) -> _Layout:
     absent = sorted(set(range(world)) - present)
     if not absent:
         return _Layout(world, (), (), tuple(failed), tuple(notes))
+    if snapshot.job.het_job_id and snapshot.job.het_job_offset is not None:
+        # One component of a heterogeneous job: a step across components has ranks elsewhere.
+        notes.append(
+            f"ranks {format_int_ranges(absent)} are not in component "
+            f"{snapshot.job.het_job_id}+{snapshot.job.het_job_offset}; attach to the job's other "
+            "components to see them"
+        )
+        return _Layout(world, (), tuple(absent), tuple(failed), tuple(notes))
     if not failed:
         return _Layout(world, tuple(absent), (), (), tuple(notes))
     owner = _rank_owner(snapshot, world)

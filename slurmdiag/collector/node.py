@@ -1764,8 +1764,20 @@ def collect(args, clock, doc, status):
         if isinstance(listing.result, Exception):
             raise listing.result
     procs, method = discover(job_id, node, listing and listing.result, exclude, errors, walked)
-    doc["discovery"] = method
     classify(procs)
+    if method == "stepd" and scontrol and not any(p["role"] == "rank" for p in procs.values()):
+        # Stepds of the job but no rank below them (a step titled otherwise, e.g. a
+        # heterogeneous step under its leader's id): a second opinion from Slurm.
+        listing = Task(tool_run([scontrol, "listpids", job_id, node], min(5.0, clock.left())))
+        pump_until(lambda: listing.done)
+        if not isinstance(listing.result, Exception):
+            second, how = discover(job_id, node, listing.result, exclude, [], None)
+            classify(second)
+            if any(p["role"] == "rank" for p in second.values()):
+                procs, method = second, how
+                errors.append("no rank below the job's slurmstepd processes; "
+                              "scontrol listpids found them")
+    doc["discovery"] = method
     tick = float(os.sysconf("SC_CLK_TCK"))
     page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
     kept = [p for p in procs.values() if p["role"] is not None]

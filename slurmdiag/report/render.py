@@ -558,7 +558,8 @@ def _job_facts(snapshot: Snapshot, analysis: Analysis) -> tuple[tuple[str, str],
     if analysis.missing_ranks:
         ranks += f"; missing {_ranges(analysis.missing_ranks)}"
     if analysis.unknown_ranks:
-        ranks += f"; unknown (node did not report) {_ranges(analysis.unknown_ranks)}"
+        why = "other het components" if job.het_job_offset is not None else "node did not report"
+        ranks += f"; unknown ({why}) {_ranges(analysis.unknown_ranks)}"
     status_counts = Counter(node.status for node in snapshot.nodes)
     collected = ", ".join(f"{count} {status}" for status, count in sorted(status_counts.items()))
     facts: list[tuple[str, str | None]] = [

@@ -164,7 +164,8 @@ def _class_lines(analysis: Analysis, paint: Paint) -> list[str]:
         lines.append("  " + paint("warn", f"missing ranks (no process on their node): {missing}"))
     if analysis.unknown_ranks:
         unknown = format_int_ranges(analysis.unknown_ranks)
-        lines.append("  " + paint("warn", f"unknown ranks (their node did not report): {unknown}"))
+        why = next((n for n in analysis.notes if "component" in n), "their node did not report")
+        lines.append("  " + paint("warn", f"unknown ranks ({why}): {unknown}"))
     return lines
 
 

@@ -189,11 +189,27 @@ def node_command(job_id: str, options: CollectOptions, node: str | None = None) 
             COLLECTOR_LOADER, *rest]
 
 
-def srun_argv(job_id: str, nodes: Sequence[str], options: CollectOptions) -> list[str]:
-    """ONE step over every node, one collector task per node, without taking the job's GPUs."""
+def srun_argv(
+    job_id: str,
+    nodes: Sequence[str],
+    options: CollectOptions,
+    het_group: tuple[str, int] | None = None,
+) -> list[str]:
+    """ONE step over every node, one collector task per node, without taking the job's GPUs.
+
+    ``het_group``: (leader job id, offset) of a heterogeneous job's component. srun only takes
+    the leader's id (``--jobid=123+1`` is refused, the component's own id is "not heterogeneous
+    job leader"), and ``--het-group`` picks the component; the collector still looks for the
+    component's own id, which its slurmstepd processes carry.
+    """
+    target = (
+        [f"--jobid={het_group[0]}", f"--het-group={het_group[1]}"]
+        if het_group is not None
+        else [f"--jobid={job_id}"]
+    )
     return [
         "srun",
-        f"--jobid={job_id}",
+        *target,
         "--overlap",
         "--gres=gpu:0",
         f"--nodes={len(nodes)}",
@@ -297,6 +313,7 @@ def fan_out_srun(
     *,
     runner: Callable[..., CommandResult] = run_command,
     progress: Callable[[int, int], None] | None = None,
+    het_group: tuple[str, int] | None = None,
 ) -> FanoutResult:
     """Run the collector on every node through one srun step, bounded by ``options.timeout_s``."""
     answered: set[str] = set()
@@ -318,14 +335,14 @@ def fan_out_srun(
 
     start = time.monotonic()
     result = runner(
-        srun_argv(job_id, nodes, options),
+        srun_argv(job_id, nodes, options, het_group),
         options.timeout_s,
         env=srun_environment(os.environ),
         on_stdout_line=on_line,
     )
     out = outcomes_from_output(nodes, result, "srun")
     if result.timed_out:
-        leftovers = cancel_leftover_steps(job_id, runner)
+        leftovers = cancel_leftover_steps(het_group[0] if het_group else job_id, runner)
         if leftovers:
             out.warnings.append(f"cancelled leftover collector step(s): {', '.join(leftovers)}")
     out.duration_s = time.monotonic() - start

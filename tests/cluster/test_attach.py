@@ -347,3 +347,50 @@ def test_progress_is_shown_on_a_terminal_only(scenario_run, tmp_path):
     nodes = len(run_nodes(run.job_id))
     assert f"nodes answered: {nodes}/{nodes}".encode() in seen
     assert b"nodes answered" not in done.stdout
+
+
+HET_SCRIPT = """#!/bin/bash
+#SBATCH --time=10
+#SBATCH -N1 --ntasks-per-node=1
+#SBATCH hetjob
+#SBATCH -N1 --ntasks-per-node=1
+srun --het-group=0,1 {python} -c 'import time
+def wait_for_peer():
+    time.sleep(3600)
+wait_for_peer()'
+"""
+
+
+def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
+    from slurmdiag.errors import JobNotRunning
+
+    # GIVEN a heterogeneous job: one step across both components (ranks 0 and 1)
+    script = tmp_path / "het.sh"
+    script.write_text(HET_SCRIPT.format(python=sys.executable))
+    leader = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/out", str(script)],
+                            capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    leader = leader.split("+")[0].split(";")[0]
+    try:
+        found = {}
+        deadline = time.monotonic() + 150  # het jobs wait for a backfill pass to start
+        while len(found) < 2:
+            for offset in (0, 1):
+                try:
+                    snapshot, _ = collect_snapshot(f"{leader}+{offset}", samples=1, strace_s=0)
+                except JobNotRunning:  # still pending
+                    continue
+                ranks = [r for _, r in snapshot.all_ranks() if r.samples and r.samples[0].threads]
+                if ranks:
+                    found[offset] = (snapshot, ranks)
+            assert time.monotonic() < deadline, found
+            time.sleep(2)
+        # WHEN attaching to one component
+        result = attach_job(f"{leader}+1", write=False, samples=2, interval=0.3, strace_s=0)
+    finally:
+        subprocess.run(["scancel", leader], capture_output=True, timeout=30, check=False)
+    # THEN each component's step ran (srun needs the leader's id and --het-group), its own
+    # rank is found, and the other component's rank is unknown, not dead
+    assert [r.rank for r in found[0][1]] == [0] and [r.rank for r in found[1][1]] == [1]
+    assert found[1][0].job.het_job_offset == "1"
+    assert result.analysis.missing_ranks == () and result.analysis.unknown_ranks == (0,)
+    assert "missing_rank" not in {v.kind for v in result.snapshot.verdicts}

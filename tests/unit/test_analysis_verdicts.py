@@ -250,6 +250,17 @@ def test_missing_rank_on_a_reporting_node_next_to_a_failed_node() -> None:
     assert hang(a).kind == "missing_rank" and hang(a).culprit_ranks == (3,)
 
 
+def test_ranks_of_other_het_components_are_unknown_not_missing() -> None:
+    # GIVEN an attach to component +1 of a het job whose step spans both components (world 4)
+    s = job(1, 2, lambda r: [collective("all_reduce")] * K, world=4)
+    s = replace(s, job=replace(s.job, het_job_id="193", het_job_offset="1"))
+    a = diagnose(s)
+    # THEN ranks 2-3 (in the other component) are unknown, with a note, and nobody is dead
+    assert a.missing_ranks == () and a.unknown_ranks == (2, 3)
+    assert "missing_rank" not in kinds(a)
+    assert any("component 193+1" in n for n in a.notes)
+
+
 # --------------------------------------------------------------------------------- all waiting
 
 

@@ -40,6 +40,15 @@ def test_srun_argv_is_one_overlapping_step_without_gpus():
     assert args["job_id"] == "77" and args["deadline_s"] < 20
 
 
+def test_het_component_step_names_the_leader_and_the_group():
+    # GIVEN component +1 of heterogeneous job 193 (its own job id is 194)
+    argv = srun_argv("194", ["node002"], CollectOptions(), het_group=("193", 1))
+    # THEN srun gets the leader's id and the group; the collector looks for the component's id
+    assert "--jobid=193" in argv and "--het-group=1" in argv
+    assert not any(a.startswith("--jobid=194") for a in argv)
+    assert json.loads(argv[-1])["job_id"] == "194"
+
+
 def test_real_merged_output_gives_every_node():
     # GIVEN the stdout of a real srun step over 2 nodes of the local cluster
     out = outcomes_from_output(["node001", "node002"], result(REAL_STDOUT), "srun")
