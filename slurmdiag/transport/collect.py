@@ -71,8 +71,8 @@ def collector_source() -> str:
 
 
 # The node command's -c program; its arguments: the interpreter to re-run it with if this one is
-# older than 3.8 (or ""), the cache directory (or ""), the collector's hash, its compressed
-# source, and the collector's args. The re-run takes this program and its arguments back from
+# older than 3.8 or has no json module (python3-minimal alone), or ""; the cache directory (or
+# ""); the collector's hash; its compressed source; the collector's args. The re-run takes this program and its arguments back from
 # /proc/self/cmdline, as `python -c` keeps the program text nowhere else.
 #
 # Compiling the collector's 70 KB of source costs ~15 ms of CPU a node, paid 32 times on the one
@@ -83,8 +83,13 @@ def collector_source() -> str:
 # that, and Python decodes every byte of its argv at start-up.
 COLLECTOR_LOADER = """\
 import sys,os
-if sys.version_info<(3,8):
- if not sys.argv[1]:sys.exit('slurmdiag: the collector needs Python 3.8+, found '+sys.version.split()[0])
+def j():
+ for m in ('_json','json'):
+  try:
+   __import__(m);return 1
+  except ImportError:pass
+if sys.version_info<(3,8) or not j():
+ if not sys.argv[1]:sys.exit('slurmdiag: the collector needs Python 3.8+ with its json module, found '+sys.version.split()[0])
  a=open('/proc/self/cmdline','rb').read().split(b'\\0')[:-1]
  os.execvp(sys.argv[1],[sys.argv[1]]+a[1:5]+[b'']+a[6:])
 import marshal

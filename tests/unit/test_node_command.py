@@ -119,10 +119,12 @@ def test_an_empty_cache_argument_writes_nothing(tmp_path, monkeypatch):
 # so /proc/self/cmdline is what a real 3.6 would show. A "new" interpreter drops that prefix.
 FAKE_END = "#fake-python-3.6-end"
 FAKE_36 = "import sys;sys.version_info=(3,6,8);sys.version='3.6.8 (fake)'\n" + FAKE_END + "\n"
+# python3-minimal: no json package, no _json accelerator
+FAKE_MINIMAL = "import sys;sys.modules['_json']=None;sys.modules['json']=None\n" + FAKE_END + "\n"
 
 
-def fake_python(path: Path, old: bool) -> str:
-    body = (f'l=$4; shift 4; exec {shlex.quote(sys.executable)} -I -S -c "{FAKE_36}$l" "$@"'
+def fake_python(path: Path, old: bool, prefix: str = FAKE_36) -> str:
+    body = (f'l=$4; shift 4; exec {shlex.quote(sys.executable)} -I -S -c "{prefix}$l" "$@"'
             if old else
             f'l=$4; shift 4; exec {shlex.quote(sys.executable)} -I -S -c "${{l#*{FAKE_END}}}" "$@"')
     path.write_text("#!/bin/sh\n" + body + "\n")
@@ -163,6 +165,15 @@ def test_an_old_system_python_hands_over_to_the_controllers_interpreter(tmp_path
     assert done.stderr == ""
 
 
+def test_a_system_python_without_json_hands_over_too(tmp_path):
+    argv = node_script(CollectOptions(node_cache=str(tmp_path)),
+                       fake_python(tmp_path / "python3-minimal", old=True, prefix=FAKE_MINIMAL),
+                       fake_python(tmp_path / "python3.11", old=False))
+    done, frames = run(argv)
+    assert frames.documents["nodeX"]["python"] == this_python(), done.stderr[-500:]
+    assert done.stderr == ""
+
+
 def test_a_missing_system_python_falls_back_too(tmp_path):
     argv = node_script(CollectOptions(node_cache=str(tmp_path)), str(tmp_path / "no-such-python"),
                        sys.executable)
@@ -176,7 +187,7 @@ def test_an_old_python_with_nothing_to_hand_over_to_says_why_nothing_ran(tmp_pat
                  node_script(CollectOptions(), old, fake_python(tmp_path / "py2", old=True))):
         done, frames = run(argv)
         assert not frames.documents
-        assert "slurmdiag: the collector needs Python 3.8+, found 3.6.8" in done.stderr
+        assert "slurmdiag: the collector needs Python 3.8+ with its json module, found 3.6.8" in done.stderr
 
 
 def test_ssh_runs_the_same_node_command_through_the_login_shell(tmp_path):
