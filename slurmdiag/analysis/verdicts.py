@@ -705,7 +705,7 @@ def _launchers_in_rendezvous(snapshot: Snapshot) -> list[tuple[str, WorkerProces
                     f
                     for t in sample.threads
                     for f in t.frames
-                    if "/elastic/rendezvous/" in f.file.replace("\\", "/")
+                    if "/elastic/rendezvous/" in f.file
                     or f.function.rsplit(".", 1)[-1] in ("next_rendezvous", "_rendezvous")
                 ]
                 # the handler's next_rendezvous names the wait better than a retry helper

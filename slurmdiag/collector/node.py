@@ -685,8 +685,8 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
             continue  # gone, not ours to read, or another (emulated) node's process
         env = parse_environ(raw)
         stat = read_stat(pid)
-        if stat is None or env is None:
-            continue  # exited, or not ours to read
+        if stat is None:
+            continue  # exited
         if (env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")) != job_id and method == "proc":
             continue
         proc_node = env.get("SLURMD_NODENAME")
@@ -986,29 +986,25 @@ def adopt_spawned_ranks(entries, pyspy, clock, concurrency):
     parents = {}
     for entry, threads in zip(spawned, identities):
         identity = spawn_identity(threads if isinstance(threads, list) else None)
-        parent = by_pid.get(entry["rank_pid"])
-        parents.setdefault(entry["rank_pid"], []).append((entry, identity))
+        parents.setdefault(entry["rank_pid"], []).append(entry)
         entry["role"], entry["rank_pid"], entry["launcher"] = "rank", None, "mp.spawn"
         entry["local_rank"] = identity["local_rank"]
         entry["rank"], entry["world_size"] = identity["rank"], identity["world_size"]
-        entry["parent_rank"] = parent["rank"] if parent else None
-        entry["parent_world_size"] = parent["world_size"] if parent else None
     for parent_pid, children in parents.items():
         nprocs = len(children)
-        for entry, identity in children:
+        parent = by_pid.get(parent_pid) or {}
+        for entry in children:
             if entry["rank"] is None and entry["local_rank"] is not None:
-                base = entry["parent_rank"] or 0
+                base = parent.get("rank") or 0
                 entry["rank"] = base * nprocs + entry["local_rank"]
                 entry["errors"].append(
                     f"rank {entry['rank']} inferred as the launching process's rank ({base}) x "
                     f"{nprocs} processes + index {entry['local_rank']}: the spawned function "
                     "has no local named rank or global_rank"
                 )
-            if entry["world_size"] is None and entry["parent_world_size"]:
-                entry["world_size"] = entry["parent_world_size"] * nprocs
-            del entry["parent_rank"], entry["parent_world_size"]
-        parent = by_pid.get(parent_pid)
-        if parent is not None:
+            if entry["world_size"] is None and parent.get("world_size"):
+                entry["world_size"] = parent["world_size"] * nprocs
+        if parent:
             parent.update(role="agent", rank=None, local_rank=None, world_size=None,
                           launcher="mp.spawn", rank_pid=None)
     # Whatever else hung below a parent (its resource tracker) is its own process now; a
@@ -1765,18 +1761,6 @@ def collect(args, clock, doc, status):
             raise listing.result
     procs, method = discover(job_id, node, listing and listing.result, exclude, errors, walked)
     classify(procs)
-    if method == "stepd" and scontrol and not any(p["role"] == "rank" for p in procs.values()):
-        # Stepds of the job but no rank below them (a step titled otherwise, e.g. a
-        # heterogeneous step under its leader's id): a second opinion from Slurm.
-        listing = Task(tool_run([scontrol, "listpids", job_id, node], min(5.0, clock.left())))
-        pump_until(lambda: listing.done)
-        if not isinstance(listing.result, Exception):
-            second, how = discover(job_id, node, listing.result, exclude, [], None)
-            classify(second)
-            if any(p["role"] == "rank" for p in second.values()):
-                procs, method = second, how
-                errors.append("no rank below the job's slurmstepd processes; "
-                              "scontrol listpids found them")
     doc["discovery"] = method
     tick = float(os.sysconf("SC_CLK_TCK"))
     page_kb = os.sysconf("SC_PAGE_SIZE") // 1024

@@ -64,7 +64,7 @@ def format_summary(
     lines = [_header(snapshot, analysis), ""]
     lines += _verdict_lines(analysis, paint)
     lines.append("")
-    lines += _class_lines(analysis, paint)
+    lines += _class_lines(analysis, paint, het=snapshot.job.het_job_offset is not None)
     problems = _problem_lines(snapshot, paint)
     if problems:
         lines.append("")
@@ -131,7 +131,7 @@ def _one_verdict(verdict: Verdict, node_of: Mapping[int, str], paint: Paint) -> 
     return lines
 
 
-def _class_lines(analysis: Analysis, paint: Paint) -> list[str]:
+def _class_lines(analysis: Analysis, paint: Paint, het: bool = False) -> list[str]:
     classes = analysis.classes
     count = len(analysis.ranks)
     title = (f"Stack classes ({count} rank{'s' if count != 1 else ''} in {len(classes)} "
@@ -164,7 +164,7 @@ def _class_lines(analysis: Analysis, paint: Paint) -> list[str]:
         lines.append("  " + paint("warn", f"missing ranks (no process on their node): {missing}"))
     if analysis.unknown_ranks:
         unknown = format_int_ranges(analysis.unknown_ranks)
-        why = next((n for n in analysis.notes if "component" in n), "their node did not report")
+        why = "other het components" if het else "their node did not report"
         lines.append("  " + paint("warn", f"unknown ranks ({why}): {unknown}"))
     return lines
 

@@ -72,8 +72,8 @@ def collector_source() -> str:
 
 # The node command's -c program; its arguments: the interpreter to re-run it with if this one is
 # older than 3.8 or has no json module (python3-minimal alone), or ""; the cache directory (or
-# ""); the collector's hash; its compressed source; the collector's args. The re-run takes this program and its arguments back from
-# /proc/self/cmdline, as `python -c` keeps the program text nowhere else.
+# ""); the collector's hash; its compressed source; the collector's args. The re-run takes this
+# program and its arguments back from /proc/self/cmdline: `python -c` keeps them nowhere else.
 #
 # Compiling the collector's 70 KB of source costs ~15 ms of CPU a node, paid 32 times on the one
 # host of an emulated cluster. So each node keeps the compiled code in a private directory
@@ -170,7 +170,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 # $1: the controller's interpreter, $2: the loader, then the loader's arguments after the first.
 # /usr/bin/python3 first, exec'd (no shell left behind), with the other interpreter as the
-# loader's fallback when it is older than 3.8.
+# loader's fallback when it is older than 3.8 or has no json module.
 _NODE_SCRIPT = (
     'p=$1; l=$2; shift 2; [ -x "$p" ] || p=python3; '
     f'[ -x {SYSTEM_PYTHON} ] && exec {SYSTEM_PYTHON} -I -S -c "$l" "$p" "$@"; '
@@ -183,8 +183,8 @@ def node_command(job_id: str, options: CollectOptions, node: str | None = None) 
 
     Unless ``options.node_python`` names one, a node runs the collector with its system Python,
     /usr/bin/python3, when that is 3.8 or later: it is on the node's own disk and starts fastest
-    (no shared libpython; select, zlib and binascii built in), ~8 ms of CPU a node less than a
-    pyenv build. Else with the controller's own interpreter, resolved (a pyenv or conda shim
+    (no shared libpython; select, zlib and binascii built in), 1-4 ms of CPU a node less than
+    a pyenv build. Else with the controller's own interpreter, resolved (a pyenv or conda shim
     would cost a shell and ~30 programs a node), else with python3 on the node's PATH.
     """
     rest = [options.node_cache, *collector_payload(), json.dumps(collector_args(job_id, options, node))]

@@ -259,6 +259,11 @@ def test_ranks_of_other_het_components_are_unknown_not_missing() -> None:
     assert a.missing_ranks == () and a.unknown_ranks == (2, 3)
     assert "missing_rank" not in kinds(a)
     assert any("component 193+1" in n for n in a.notes)
+    # AND the terminal says why they are unknown
+    from slurmdiag.report.terminal import format_summary
+
+    text = "\n".join(format_summary(s, a, color=False, report_path=None))
+    assert "unknown ranks (other het components): 2-3" in text
 
 
 # --------------------------------------------------------------------------------- all waiting
