@@ -83,7 +83,8 @@ def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_
             assert time.monotonic() < deadline, (stacks, (tmp_path / "job.out").read_text()[-2000:])
             time.sleep(2)
         # WHEN attaching
-        verdicts = attach_job(job, write=False, samples=2, interval=0.5, strace_s=1).snapshot.verdicts
+        attached = attach_job(job, write=False, samples=2, interval=0.5, strace_s=1).snapshot
+        verdicts = attached.verdicts
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, check=False)
     # THEN the hang is a rendezvous that never formed, and the address is the reason
@@ -91,3 +92,6 @@ def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_
     assert "never formed" in kinds["all_waiting"].summary
     master = kinds["nic_master_unreachable"]
     assert master.culprit_ranks == (0, 1) and "10.255.255.1" in master.summary
+    # AND strace watching ranks that complete no call is a finding, not an strace error
+    for _, rank in attached.all_ranks():
+        assert rank.strace is not None and rank.strace.status == "ok", rank.strace
