@@ -35,6 +35,8 @@ FINISH_RESERVE_S = 0.4
 # The watchdog (SIGALRM) fires this long before the deadline if the document is not out yet.
 WATCHDOG_MARGIN_S = 0.15
 MARKER_ENV = "SLURMDIAG_COLLECTOR"
+# The sibling walk (sibling_stepd_descendants) compares its cost with a /proc walk's past this.
+CHILDREN_READS_BEFORE_BUDGET = 256
 # Their handlers emit the document and exit (see main).
 HANDLED_SIGNALS = (_signal.SIGALRM, _signal.SIGTERM, _signal.SIGHUP)
 
@@ -569,6 +571,96 @@ def _foreign_environ(data, needle):
     """True if raw environ bytes name another node in SLURMD_NODENAME (no dict is built)."""
     padded = b"\0" + data
     return b"\0SLURMD_NODENAME=" in padded and needle not in padded
+
+
+def _children(pid, main_only=False, counter=None):
+    """Child pids of ``pid`` from /proc/PID/task/TID/children, None if that cannot be read.
+
+    A child is listed under the thread that forked it, so all threads are read, unless
+    ``main_only``. ``counter`` (a one-item list) counts the files read.
+    """
+    if main_only:
+        tids = [str(pid)]
+    else:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return None
+    found = []
+    for tid in tids:
+        data = _read(f"/proc/{pid}/task/{tid}/children", binary=True, one_show=True)
+        if data is None:
+            if main_only or os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                return None  # gone, or no children files (a kernel without CONFIG_PROC_CHILDREN)
+            continue  # that thread has just ended
+        found.extend(int(child) for child in data.split())
+    if counter is not None:
+        counter[0] += len(tids)
+    return found
+
+
+def _proc_entries():
+    return sum(1 for name in os.listdir("/proc") if name.isdigit())
+
+
+def sibling_stepd_descendants(job_id, node, skip_step=None):
+    """{pid: step} below this job's slurmstepd processes, from our own stepd's siblings.
+
+    The collector is a task of our own step, so its parent is a slurmstepd; slurmd double-forks
+    every stepd, so all stepds of this node share one parent, init or a subreaper. Its
+    children (the host's daemons, a hundred or so), then each job stepd's and each task's
+    children, are far fewer files than a walk of all /proc (kernel threads, every other
+    process), the more so on a large node. A stepd's tasks are forked by its main thread, so one
+    file tells whether a stepd is another (emulated) node's. None when this does not apply (no
+    stepd parent: ssh, a wrapper), when no stepd of the job is there, or when the job's threads
+    would cost more files than /proc has entries: the full walk then decides.
+    """
+    own = read_stat(os.getppid())
+    if own is None or own["comm"] != "slurmstepd" or own["ppid"] < 1:
+        return None
+    counter = [0]
+    candidates = _children(own["ppid"], counter=counter)
+    if not candidates:
+        return None
+    prefix = f"slurmstepd: [{job_id}.".encode()
+    needle = _node_needle(node)
+    budget = None
+    found = {}
+    seen_stepd = False
+    for stepd in candidates:
+        title = _read(f"/proc/{stepd}/cmdline", binary=True, one_show=True)
+        if not title or not title.startswith(prefix):
+            continue
+        step = title[len(prefix) :].split(b"]", 1)[0].decode("utf-8", "replace")
+        if step == skip_step:
+            continue
+        seen_stepd = True
+        tasks = _children(stepd, main_only=True, counter=counter) or _children(stepd, counter=counter)
+        if tasks is None:
+            return None
+        for task in tasks:
+            data = _read(f"/proc/{task}/environ", binary=True, one_show=True)
+            if data is not None:  # the first readable task speaks for the stepd
+                break
+        else:
+            data = None
+        if data is not None and _foreign_environ(data, needle):
+            continue
+        stack = [stepd]
+        while stack:
+            kids = _children(stack.pop(), counter=counter)
+            if kids is None:
+                return None
+            for pid in kids:
+                if pid not in found:
+                    found[pid] = step
+                    stack.append(pid)
+            if counter[0] > CHILDREN_READS_BEFORE_BUDGET:
+                if budget is None:
+                    budget = _proc_entries()
+                if counter[0] > budget:
+                    return None  # many threads: one pass over /proc is cheaper
+    return found if seen_stepd else None
 
 
 def stepd_descendants(job_id, node, skip_step=None):
@@ -1741,12 +1833,16 @@ def collect(args, clock, doc, status):
 
     _enter_phase(status, "discovery")
     listing = None
-    # "listpids" skips the /proc walk (tests, and sites whose stepd titles are not standard).
+    # "listpids" skips the /proc walks (tests, and sites whose stepd titles are not standard);
+    # "walk" skips the sibling walk (tests).
     own_step = None
     if (os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")) == job_id:
         own_step = os.environ.get("SLURM_STEP_ID") or os.environ.get("SLURM_STEPID")
     walked = None
-    if args.get("discovery", "auto") == "auto":
+    how = args.get("discovery", "auto")
+    if how == "auto":
+        walked = sibling_stepd_descendants(job_id, node, own_step)
+    if how in ("auto", "walk") and walked is None:
         walked = stepd_descendants(job_id, node, own_step)
     if walked is None and scontrol:
         # No slurmstepd of the job visible here (another PID namespace, hidepid): ask Slurm.

@@ -84,7 +84,8 @@ def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, name)
     found = {r.rank: r for _, r in snapshot.all_ranks()}
     expected = {r for r in range(truth["world_size"]) if records[r].get("role") != "dead"}
     assert set(found) == expected, {r: (found[r].pid, found[r].cmdline, found[r].state) for r in found}
-    assert len(snapshot.all_ranks()) == len(expected)  # agents and workers are not ranks
+    assert len(snapshot.all_ranks()) == len(expected), [  # agents and workers are not ranks
+        (n.name, r.rank, r.pid, r.step_id, r.cmdline, r.state) for n, r in snapshot.all_ranks()]
     for rank, record in records.items():
         if rank in found:
             assert found[rank].pid == int(record["pid"]), f"rank {rank} has the wrong pid"
@@ -285,8 +286,11 @@ def test_truth_files_cover_every_launcher():
     assert launchers == {"srun", "torchrun", "submitit", "mp.spawn"}
 
 
-def test_listpids_fallback_finds_the_same_ranks(scenario_run):
-    # GIVEN a hung job, and the collector told to ask `scontrol listpids` instead of walking /proc
+@pytest.mark.parametrize(("how", "method"), [("auto", "stepd"), ("walk", "stepd"),
+                                             ("listpids", "listpids")])
+def test_every_way_of_finding_processes_finds_the_same_ones(scenario_run, how, method):
+    # GIVEN a hung job, and the collector told how to find the job's processes: from our
+    # stepd's siblings (the default), by a walk of all /proc, or by `scontrol listpids`
     from slurmdiag.transport.collect import CollectOptions, collector_args, srun_argv
     from slurmdiag.transport.framing import decode_frames
 
@@ -294,11 +298,12 @@ def test_listpids_fallback_finds_the_same_ranks(scenario_run):
     nodes = run_nodes(run.job_id)
     argv = srun_argv(run.job_id, nodes, CollectOptions(samples=1, strace_s=0))
     args = collector_args(run.job_id, CollectOptions(samples=1, strace_s=0))
-    argv[-1] = json.dumps({**args, "discovery": "listpids"})
+    argv[-1] = json.dumps({**args, "discovery": how})
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     documents = decode_frames(done.stdout).documents
-    # THEN every node used listpids and found exactly the ranks' pids
-    assert {d["discovery"] for d in documents.values()} == {"listpids"}, done.stderr[-500:]
+    # THEN every node used that way and found exactly the ranks' pids
+    assert set(documents) == set(nodes), done.stderr[-500:]
+    assert {d["discovery"] for d in documents.values()} == {method}, done.stderr[-500:]
     pids = {p["pid"] for d in documents.values() for p in d["processes"] if p["role"] == "rank"}
     assert pids == {int(r["pid"]) for r in run.rank_records().values()}
 
