@@ -5,6 +5,9 @@ All figures come from one run, side by side (median of --repeat runs, alternatin
            parallelism from the controller (both, back to back)
   manual   the reference procedure: ONE srun over the nodes, each node dumping its ranks one
            after another with py-spy (`scontrol listpids | xargs py-spy dump`)
+  python3 + py-spy, pids given
+           not a procedure: each node's /usr/bin/python3 handed its ranks' pids (listed
+           beforehand) and only running py-spy on them, the least any Python collector costs
   attach   slurmdiag's collection with 1 sample and no strace (discovery, fan-out, decode,
            assembly), through the Python API, with the nodes' compiled-collector cache warm
            (as from the second attach on) and turned off; and the CLI end to end (interpreter
@@ -21,6 +24,7 @@ rank does not depend on what the rank is blocked in.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -118,6 +122,24 @@ def main() -> int:
             out = sh([*srun_base, "sh", "-c", manual_script], env).stdout
             assert out.count("wait_for_data") == len(pids), "manual procedure missed ranks"
 
+        # The least any Python collector can cost: the node's python3 handed its ranks' pids
+        # (found beforehand, outside the timing), doing nothing but running py-spy on them.
+        # Not a procedure anyone can use; it shows what the interpreter's start-up alone costs.
+        listed = sh([*srun_base, "sh", "-c", "echo $SLURMD_NODENAME $(scontrol listpids "
+                     "$SLURM_JOB_ID $SLURMD_NODENAME | awk '$3==\"0\"{print $1}')"], env).stdout
+        node_pids = {line.split()[0]: line.split()[1:] for line in listed.splitlines() if line.split()}
+        python_floor_program = (
+            "import os,sys,json\n"
+            "k=[os.posix_spawn(sys.argv[1],[sys.argv[1],'dump','--pid',p],{})"
+            " for p in json.loads(sys.argv[2])[os.environ['SLURMD_NODENAME']]]\n"
+            "[os.waitpid(c,0) for c in k]"
+        )
+
+        def python_floor():
+            out = sh([*srun_base, "/usr/bin/python3", "-I", "-S", "-c", python_floor_program, py_spy,
+                      json.dumps(node_pids)], env).stdout
+            assert out.count("wait_for_data") == len(pids), "python floor missed ranks"
+
         from slurmdiag.api import collect_snapshot
 
         def attach_api(node_cache=None):
@@ -130,7 +152,7 @@ def main() -> int:
                 "--strace", "0", "--out", str(work / "out")], env)
 
         names = ("floor: srun true", "floor: py-spy x64 parallel", "floor (sum)", "manual procedure",
-                 "attach (API, 1 sample)", "attach (API, no node cache)", "attach (CLI end to end)")
+                 "python3 + py-spy, pids given", "attach (API, 1 sample)", "attach (API, no node cache)", "attach (CLI end to end)")
         figures: dict[str, list[float]] = {k: [] for k in names}
         cpu: dict[str, list[float]] = {k: [] for k in names}
         attach_api()  # warm caches once (imports, first step, the nodes' compiled collector)
@@ -142,6 +164,8 @@ def main() -> int:
             figures["floor (sum)"].append(a + b)
             cpu["floor (sum)"].append(cpu["floor: srun true"][-1] + cpu["floor: py-spy x64 parallel"][-1])
             figures["manual procedure"].append(timed(manual, cpu["manual procedure"]))
+            figures["python3 + py-spy, pids given"].append(
+                timed(python_floor, cpu["python3 + py-spy, pids given"]))
             figures["attach (API, 1 sample)"].append(timed(attach_api, cpu["attach (API, 1 sample)"]))
             figures["attach (API, no node cache)"].append(
                 timed(lambda: attach_api(node_cache=""), cpu["attach (API, no node cache)"]))
@@ -154,7 +178,9 @@ def main() -> int:
                   f"   CPU-s {statistics.median(cpu[key]):5.2f}")
         ratio = med["attach (API, 1 sample)"] / med["floor (sum)"]
         print(f"  attach / floor = {ratio:.2f}   attach / manual = "
-              f"{med['attach (API, 1 sample)'] / med['manual procedure']:.2f}")
+              f"{med['attach (API, 1 sample)'] / med['manual procedure']:.2f}   "
+              "python3 + py-spy (pids given) / manual = "
+              f"{med['python3 + py-spy, pids given'] / med['manual procedure']:.2f}")
         return 0
     finally:
         sh(["scancel", job], env, check=False)

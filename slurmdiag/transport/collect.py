@@ -17,7 +17,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,8 @@ def collector_source() -> str:
 
 
 # The node command's -c program; its arguments: the interpreter to re-run it with if this one is
-# older than 3.8 or has no json module (python3-minimal alone), or ""; the cache directory (or
+# older than 3.8 or has no json module (python3-minimal alone), else python3 on PATH, or "" for
+# neither; the cache directory (or
 # ""); the collector's hash; its compressed source; the collector's args. The re-run takes this
 # program and its arguments back from /proc/self/cmdline: `python -c` keeps them nowhere else.
 #
@@ -89,9 +90,11 @@ def j():
    __import__(m);return 1
   except ImportError:pass
 if sys.version_info<(3,8) or not j():
- if not sys.argv[1]:sys.exit('slurmdiag: the collector needs Python 3.8+ with its json module, found '+sys.version.split()[0])
  a=open('/proc/self/cmdline','rb').read().split(b'\\0')[:-1]
- os.execvp(sys.argv[1],[sys.argv[1]]+a[1:5]+[b'']+a[6:])
+ for x in (sys.argv[1],'python3')if sys.argv[1] else ():
+  try:os.execvp(x,[x]+a[1:5]+[b'']+a[6:])
+  except OSError:pass
+ sys.exit('slurmdiag: the collector needs Python 3.8+ with its json module, found '+sys.version.split()[0])
 import marshal
 r,h,z=sys.argv[2:5];del sys.argv[1:5]
 u=os.getuid();d='%s/slurmdiag-%d'%(r,u);p='%s/%s-%s-%x'%(d,h,sys.implementation.cache_tag,sys.hexversion)
@@ -168,17 +171,21 @@ def preferred_node_python() -> str:
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
-# $1: the controller's interpreter, $2: the loader, then the loader's arguments after the first.
-# /usr/bin/python3 first, exec'd (no shell left behind), with the other interpreter as the
-# loader's fallback when it is older than 3.8 or has no json module.
-_NODE_SCRIPT = (
-    'p=$1; l=$2; shift 2; [ -x "$p" ] || p=python3; '
-    f'[ -x {SYSTEM_PYTHON} ] && exec {SYSTEM_PYTHON} -I -S -c "$l" "$p" "$@"; '
-    'exec "$p" -I -S -c "$l" "" "$@"'
-)
+
+def _node_script(system_python: str) -> str:
+    """The portable form's shell: $1 the controller's interpreter, $2 the loader, then the
+    loader's arguments after the first. The system Python if the node has one, exec'd (no shell
+    left behind), with the other interpreter as the loader's fallback."""
+    return (
+        'p=$1; l=$2; shift 2; [ -x "$p" ] || p=python3; '
+        f'[ -x {system_python} ] && exec {system_python} -I -S -c "$l" "$p" "$@"; '
+        'exec "$p" -I -S -c "$l" "" "$@"'
+    )
 
 
-def node_command(job_id: str, options: CollectOptions, node: str | None = None) -> list[str]:
+def node_command(
+    job_id: str, options: CollectOptions, node: str | None = None, *, portable: bool = True
+) -> list[str]:
     """The argv each node runs: the interpreter choice, the loader, the payload, the args.
 
     Unless ``options.node_python`` names one, a node runs the collector with its system Python,
@@ -186,12 +193,18 @@ def node_command(job_id: str, options: CollectOptions, node: str | None = None) 
     (no shared libpython; select, zlib and binascii built in), 1-4 ms of CPU a node less than
     a pyenv build. Else with the controller's own interpreter, resolved (a pyenv or conda shim
     would cost a shell and ~30 programs a node), else with python3 on the node's PATH.
+
+    ``portable``: a shell picks the interpreter on the node. Otherwise the system Python is
+    run directly, one program less a node; a node without it fails to start the step's task,
+    and fan_out_srun runs the portable form there.
     """
     rest = [options.node_cache, *collector_payload(), json.dumps(collector_args(job_id, options, node))]
     if options.node_python:
         return [options.node_python, "-I", "-S", "-c", COLLECTOR_LOADER, "", *rest]
-    return ["/bin/sh", "-c", _NODE_SCRIPT, "slurmdiag-collector", preferred_node_python(),
-            COLLECTOR_LOADER, *rest]
+    if not portable:
+        return [SYSTEM_PYTHON, "-I", "-S", "-c", COLLECTOR_LOADER, preferred_node_python(), *rest]
+    return ["/bin/sh", "-c", _node_script(SYSTEM_PYTHON), "slurmdiag-collector",
+            preferred_node_python(), COLLECTOR_LOADER, *rest]
 
 
 def srun_argv(
@@ -199,6 +212,7 @@ def srun_argv(
     nodes: Sequence[str],
     options: CollectOptions,
     het_group: tuple[str, int] | None = None,
+    portable: bool = True,
 ) -> list[str]:
     """ONE step over every node, one collector task per node, without taking the job's GPUs.
 
@@ -224,7 +238,7 @@ def srun_argv(
         f"--job-name={STEP_NAME}",
         "--kill-on-bad-exit=0",
         "--cpu-bind=none",
-        *node_command(job_id, options),
+        *node_command(job_id, options, portable=portable),
     ]
 
 
@@ -311,6 +325,33 @@ def cancel_leftover_steps(
     return cancelled
 
 
+def controller_has_system_python() -> bool:
+    """Nodes usually share the controller's OS image: when it has the system Python, so do they."""
+    return os.access(SYSTEM_PYTHON, os.X_OK)
+
+
+# Below this many seconds left, nodes without a system Python are not tried again.
+MIN_RETRY_S = 3.0
+
+
+def nodes_without_system_python(nodes: Sequence[str], out: FanoutResult, stderr: str) -> list[str]:
+    """Nodes whose task could not start because SYSTEM_PYTHON is missing there (pure).
+
+    slurmstepd says ``slurmstepd-NODE: error: execve(): /usr/bin/python3: No such file or
+    directory`` (older releases leave the node out: then every node whose task ended with srun's
+    ``error: NODE: task N: Exited`` line and sent nothing counts).
+    """
+    marker = f"execve(): {SYSTEM_PYTHON}:"
+    lines = [line for line in stderr.splitlines() if marker in line]
+    if not lines:
+        return []
+    silent = [name for name in nodes if out.nodes[name].status == "unreachable"]
+    named = [name for name in silent if any(f"slurmstepd-{name}:" in line for line in lines)]
+    if named:
+        return named
+    return [name for name in silent if f"error: {name}: task " in stderr]
+
+
 def fan_out_srun(
     job_id: str,
     nodes: Sequence[str],
@@ -339,14 +380,31 @@ def fan_out_srun(
             progress(len(answered), len(nodes))
 
     start = time.monotonic()
+    # The system Python is run directly when the controller has one (one program less a node);
+    # nodes without it get the portable form in a second step.
+    direct = options.node_python is None and controller_has_system_python()
     result = runner(
-        srun_argv(job_id, nodes, options, het_group),
+        srun_argv(job_id, nodes, options, het_group, portable=not direct),
         options.timeout_s,
         env=srun_environment(os.environ),
         on_stdout_line=on_line,
     )
     out = outcomes_from_output(nodes, result, "srun")
-    if result.timed_out:
+    timed_out = result.timed_out
+    missing = nodes_without_system_python(nodes, out, result.stderr) if direct else []
+    left = options.timeout_s - (time.monotonic() - start)
+    if missing and left >= MIN_RETRY_S:
+        again = runner(
+            srun_argv(job_id, missing, replace(options, timeout_s=left), het_group),
+            left,
+            env=srun_environment(os.environ),
+            on_stdout_line=on_line,
+        )
+        retried = outcomes_from_output(missing, again, "srun")
+        out.nodes.update(retried.nodes)
+        out.warnings.extend(retried.warnings)
+        timed_out = timed_out or again.timed_out
+    if timed_out:
         leftovers = cancel_leftover_steps(het_group[0] if het_group else job_id, runner)
         if leftovers:
             out.warnings.append(f"cancelled leftover collector step(s): {', '.join(leftovers)}")

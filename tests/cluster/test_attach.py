@@ -286,6 +286,22 @@ def test_truth_files_cover_every_launcher():
     assert launchers == {"srun", "torchrun", "submitit", "mp.spawn"}
 
 
+def test_nodes_without_the_system_python_are_collected_with_another(scenario_run, monkeypatch):
+    # GIVEN a hung job on nodes that lack the system Python the controller has
+    from slurmdiag.transport import collect
+
+    run = scenario_run("rank_gated_collective")
+    monkeypatch.setattr(collect, "SYSTEM_PYTHON", "/nonexistent/bin/python3")
+    monkeypatch.setattr(collect, "controller_has_system_python", lambda: True)
+    # WHEN slurmdiag attaches
+    snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0)
+    # THEN every node answered, from the controller's interpreter, in the second step
+    assert [n.status for n in snapshot.nodes] == ["ok"] * len(snapshot.nodes), [
+        (n.name, n.message) for n in snapshot.nodes]
+    assert {n.python for n in snapshot.nodes} == {"{}.{}.{}".format(*sys.version_info[:3])}
+    assert {r.rank for _, r in snapshot.all_ranks()} == set(run.rank_records())
+
+
 @pytest.mark.parametrize(("how", "method"), [("auto", "stepd"), ("walk", "stepd"),
                                              ("listpids", "listpids")])
 def test_every_way_of_finding_processes_finds_the_same_ones(scenario_run, how, method):

@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 
 from slurmdiag.assemble import flight_recorder_section, node_from_document, node_from_outcome
+from slurmdiag.transport import collect
 from slurmdiag.transport.collect import (
     CollectOptions,
+    fan_out_srun,
     node_command,
+    nodes_without_system_python,
     outcomes_from_output,
     srun_argv,
 )
@@ -18,6 +21,8 @@ from slurmdiag.transport.run import CommandResult
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "collector"
 REAL_STDOUT = (FIXTURES / "srun_stdout_2nodes_simple.txt").read_text()
 REAL_DOC = json.loads((FIXTURES / "node001_simple_sleep.json").read_text())
+# Slurm 22.05's stderr when the task's program does not exist on the nodes (/usr/bin/python3-nope)
+EXECVE_STDERR = (FIXTURES / "srun_stderr_22.05_execve_missing_interpreter.txt").read_text()
 
 
 def result(stdout="", stderr="", timed_out=False, returncode=0):
@@ -178,3 +183,63 @@ def test_refused_ptrace_becomes_one_clear_node_error():
     # THEN the node says why once, with the policy and what to do
     (hint,) = [e for e in node.errors if "ptrace" in e]
     assert "kernel.yama.ptrace_scope = 1" in hint and "root" in hint
+
+
+def _only(node: str) -> str:
+    return "".join(line for line in REAL_STDOUT.splitlines(keepends=True) if f" {node} " in line)
+
+
+def test_nodes_without_the_system_python_are_named_by_slurmstepd(monkeypatch):
+    monkeypatch.setattr(collect, "SYSTEM_PYTHON", "/usr/bin/python3-nope")
+    nodes = ["node001", "node002", "node003"]
+    # GIVEN node001 and node002 could not exec it; node003 answered
+    out = outcomes_from_output(nodes, result(stdout=_only("node003"), stderr=EXECVE_STDERR), "srun")
+    assert nodes_without_system_python(nodes, out, EXECVE_STDERR) == ["node001", "node002"]
+    # AND a release whose slurmstepd does not name its node: srun's exit lines decide
+    older = EXECVE_STDERR.replace("slurmstepd-node001:", "slurmstepd:").replace(
+        "slurmstepd-node002:", "slurmstepd:").replace("node002: task 1", "nodeZZ: task 1")
+    assert nodes_without_system_python(nodes, out, older) == ["node001"]
+    # AND another program's failure, or none, is not this
+    other = EXECVE_STDERR.replace("/usr/bin/python3-nope", "/opt/py/bin/python3")
+    assert nodes_without_system_python(nodes, out, other) == []
+    assert nodes_without_system_python(nodes, out, "") == []
+
+
+def test_nodes_without_the_system_python_get_the_portable_command_in_a_second_step(monkeypatch):
+    # GIVEN a controller with the system Python, and node002 without it
+    monkeypatch.setattr(collect, "SYSTEM_PYTHON", collect.preferred_node_python())
+    calls = []
+
+    def runner(argv, timeout, **kwargs):
+        calls.append((list(argv), timeout))
+        if len(calls) == 1:
+            stderr = (f"srun: error: node002: task 1: Exited with exit code 2\n"
+                      f"slurmstepd-node002: error: execve(): {collect.SYSTEM_PYTHON}: "
+                      "No such file or directory\n")
+            return result(stdout=_only("node001"), stderr=stderr, returncode=2)
+        return result(stdout=_only("node002"))
+
+    out = fan_out_srun("77", ["node001", "node002"], CollectOptions(timeout_s=30), runner=runner)
+    # THEN the first step ran the system Python directly on both nodes
+    first, second = calls
+    assert "--nodelist=node001,node002" in first[0]
+    assert first[0][first[0].index("--cpu-bind=none") + 1] == collect.SYSTEM_PYTHON
+    # AND the second, only on node002, the shell that picks an interpreter, within the time left
+    assert "--nodelist=node002" in second[0]
+    assert second[0][second[0].index("--cpu-bind=none") + 1:][:2] == ["/bin/sh", "-c"]
+    assert second[1] <= 30 and json.loads(second[0][-1])["deadline_s"] < second[1]
+    # AND both nodes are there, in order
+    assert [(n, o.status) for n, o in out.nodes.items()] == [("node001", "ok"), ("node002", "ok")]
+
+
+def test_no_second_step_without_the_system_python_on_the_controller(monkeypatch):
+    monkeypatch.setattr(collect, "SYSTEM_PYTHON", "/no/such/python3")
+    calls = []
+
+    def runner(argv, timeout, **kwargs):
+        calls.append(list(argv))
+        return result(stdout=REAL_STDOUT)
+
+    out = fan_out_srun("77", ["node001", "node002"], CollectOptions(), runner=runner)
+    assert len(calls) == 1 and calls[0][calls[0].index("--cpu-bind=none") + 1] == "/bin/sh"
+    assert {o.status for o in out.nodes.values()} == {"ok"}

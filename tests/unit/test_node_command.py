@@ -154,6 +154,29 @@ def test_node_command_prefers_the_system_python(tmp_path):
         assert frames.documents["nodeX"]["python"] == version, done.stderr[-500:]
 
 
+def test_the_direct_form_runs_the_system_python_with_no_shell(tmp_path):
+    argv = node_command("999999999", CollectOptions(node_cache=str(tmp_path)), "nodeX", portable=False)
+    # the system Python itself, the controller's interpreter as the loader's fallback
+    assert argv[:5] == [SYSTEM_PYTHON, "-I", "-S", "-c", COLLECTOR_LOADER]
+    assert argv[5] == os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    if os.access(SYSTEM_PYTHON, os.X_OK):
+        done, frames = run(argv)
+        assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
+
+
+def test_an_old_python_whose_fallback_is_missing_tries_python3_on_path(tmp_path):
+    # GIVEN a 3.6 system Python run directly, a controller interpreter the node does not have,
+    # and a newer python3 on the node's PATH
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_python(bin_dir / "python3", old=False)
+    argv = loader_argv(tmp_path, python=fake_python(tmp_path / "python3.6", old=True),
+                       has_fallback=str(tmp_path / "no-such-python"))
+    done, frames = run(argv, env={"PATH": str(bin_dir)})
+    # THEN the PATH's python3 collects
+    assert frames.documents["nodeX"]["python"] == this_python(), done.stderr[-500:]
+
+
 def test_an_old_system_python_hands_over_to_the_controllers_interpreter(tmp_path):
     # GIVEN a node whose system Python is 3.6 (RHEL 8), and the controller's interpreter
     argv = node_script(CollectOptions(node_cache=str(tmp_path)),
