@@ -24,7 +24,6 @@ rank does not depend on what the rank is blocked in.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -127,23 +126,29 @@ def main() -> int:
         # Not a procedure anyone can use; it shows what the interpreter's start-up alone costs.
         listed = sh([*srun_base, "sh", "-c", "echo $SLURMD_NODENAME $(scontrol listpids "
                      "$SLURM_JOB_ID $SLURMD_NODENAME | awk '$3==\"0\"{print $1}')"], env).stdout
-        node_pids = {line.split()[0]: line.split()[1:] for line in listed.splitlines() if line.split()}
+        # "node001:pid,pid node002:pid,pid ...": no json import on the nodes
+        node_pids = " ".join(f"{line.split()[0]}:{','.join(line.split()[1:])}"
+                             for line in listed.splitlines() if line.split())
         python_floor_program = (
-            "import os,sys,json\n"
-            "k=[os.posix_spawn(sys.argv[1],[sys.argv[1],'dump','--pid',p],{})"
-            " for p in json.loads(sys.argv[2])[os.environ['SLURMD_NODENAME']]]\n"
+            "import os,sys\n"
+            "t=dict(x.split(':') for x in sys.argv[2].split())[os.environ['SLURMD_NODENAME']]\n"
+            "k=[os.posix_spawn(sys.argv[1],[sys.argv[1],'dump','--pid',p],{}) for p in t.split(',')]\n"
             "[os.waitpid(c,0) for c in k]"
         )
 
         def python_floor():
             out = sh([*srun_base, "/usr/bin/python3", "-I", "-S", "-c", python_floor_program, py_spy,
-                      json.dumps(node_pids)], env).stdout
+                      node_pids], env).stdout
             assert out.count("wait_for_data") == len(pids), "python floor missed ranks"
 
         from slurmdiag.api import collect_snapshot
 
+        collector_cpu: list[float] = []
+
         def attach_api(node_cache=None):
             snapshot, _ = collect_snapshot(job, samples=1, strace_s=0, node_cache=node_cache)
+            if node_cache is None:
+                collector_cpu.extend(n.collector_cpu_s for n in snapshot.nodes if n.collector_cpu_s)
             found = [r for _, r in snapshot.all_ranks() if r.samples and r.samples[0].threads]
             assert len(found) == len(pids), f"attach found {len(found)} of {len(pids)} ranks"
 
@@ -176,6 +181,8 @@ def main() -> int:
         for key, values in figures.items():
             print(f"  {key:28s} {med[key]:6.2f}   (min {min(values):.2f}, max {max(values):.2f})"
                   f"   CPU-s {statistics.median(cpu[key]):5.2f}")
+        print(f"  attach: each node's collector CPU (interpreter start-up included, py-spy not): "
+              f"median {statistics.median(collector_cpu) * 1000:.1f} ms over {len(collector_cpu)} nodes")
         ratio = med["attach (API, 1 sample)"] / med["floor (sum)"]
         print(f"  attach / floor = {ratio:.2f}   attach / manual = "
               f"{med['attach (API, 1 sample)'] / med['manual procedure']:.2f}   "

@@ -237,6 +237,7 @@ def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
         python=doc.get("python"),
         discovery=doc.get("discovery"),
         timings={str(k): float(v) for k, v in (doc.get("timings") or {}).items()},
+        collector_cpu_s=_float(doc.get("cpu_s")),
         tools={str(k): v for k, v in (doc.get("tools") or {}).items()},
         ranks=tuple(ranks),
         other_processes=tuple(others),

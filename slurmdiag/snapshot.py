@@ -194,6 +194,8 @@ class Node:
     python: str | None = None
     discovery: str | None = None  # stepd | listpids | proc: how the job's processes were found
     timings: dict[str, float] = field(default_factory=dict)  # seconds per collector phase
+    # the collector's own CPU-seconds on the node, interpreter start-up included, tools not
+    collector_cpu_s: float | None = None
     tools: dict[str, str | None] = field(default_factory=dict)
     ranks: tuple[Rank, ...] = ()
     other_processes: tuple[WorkerProcess, ...] = ()  # launcher agents, shells: seen, not ranks

@@ -17,7 +17,7 @@ one os.write so that srun's merging of many nodes' stdout cannot cut a line.
 """
 
 import _signal  # the C module; signal.py imports enum
-import os
+import posix as os  # the C module: os.py imports _collections_abc for os.environ (~1 ms a node)
 import select
 import sys
 import time
@@ -35,6 +35,8 @@ FINISH_RESERVE_S = 0.4
 # The watchdog (SIGALRM) fires this long before the deadline if the document is not out yet.
 WATCHDOG_MARGIN_S = 0.15
 MARKER_ENV = "SLURMDIAG_COLLECTOR"
+# Our own source, in the step's environment (see the loader): not passed on to the tools.
+SOURCE_ENV = b"SLURMDIAG_COLLECTOR_SOURCE"
 # The sibling walk (sibling_stepd_descendants) compares its cost with a /proc walk's past this.
 CHILDREN_READS_BEFORE_BUDGET = 256
 # Their handlers emit the document and exit (see main).
@@ -193,15 +195,48 @@ _TASKS = []  # type: list
 # read end of a tool's pipe -> (Tool, list the chunks read go to)
 _READERS = {}  # type: dict
 _POLL = select.poll()
-_ENV = {}  # type: dict[str, str]
+_ENV = {}  # type: dict[bytes, bytes]
+_ENVIRON = {}  # type: dict[str, str]
 
 
 def _child_env():
     if not _ENV:
         _ENV.update(os.environ)
-        _ENV["LC_ALL"] = "C"  # strace -c prints decimals with the locale's separator
-        _ENV[MARKER_ENV] = "1"  # our own tools are never mistaken for job processes
+        _ENV.pop(SOURCE_ENV, None)
+        _ENV[b"LC_ALL"] = b"C"  # strace -c prints decimals with the locale's separator
+        _ENV[MARKER_ENV.encode()] = b"1"  # our own tools are never mistaken for job processes
     return _ENV
+
+
+def _environ():
+    """Our own environment as text (posix.environ holds bytes)."""
+    if not _ENVIRON:
+        _ENVIRON.update(
+            (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+            for k, v in os.environ.items()
+            if k != SOURCE_ENV
+        )
+    return _ENVIRON
+
+
+def _file_type(path):
+    """The S_IFMT bits of ``path`` (symlinks followed), None if it cannot be stat'ed."""
+    try:
+        return os.stat(path).st_mode & 0o170000
+    except (OSError, ValueError):
+        return None
+
+
+def _isfile(path):
+    return _file_type(path) == 0o100000
+
+
+def _isdir(path):
+    return _file_type(path) == 0o040000
+
+
+def _basename(path):
+    return path.rpartition("/")[2]
 
 
 def _spawn(argv, out_fd, err_fd):
@@ -426,11 +461,11 @@ def _one_line(text, limit=300):
 def find_tool(name, candidates):
     """The first candidate that is an executable file, else ``name`` on PATH, else None."""
     for path in candidates or ():
-        if isinstance(path, str) and os.path.isfile(path) and os.access(path, os.X_OK):
+        if isinstance(path, str) and _isfile(path) and os.access(path, os.X_OK):
             return path
-    for directory in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep):
-        path = os.path.join(directory or ".", name)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
+    for directory in _environ().get("PATH", "/usr/bin:/bin").split(":"):
+        path = (directory or ".") + "/" + name
+        if _isfile(path) and os.access(path, os.X_OK):
             return path
     return None
 
@@ -590,7 +625,7 @@ def _children(pid, main_only=False, counter=None):
     for tid in tids:
         data = _read(f"/proc/{pid}/task/{tid}/children", binary=True, one_show=True)
         if data is None:
-            if main_only or os.path.isdir(f"/proc/{pid}/task/{tid}"):
+            if main_only or _isdir(f"/proc/{pid}/task/{tid}"):
                 return None  # gone, or no children files (a kernel without CONFIG_PROC_CHILDREN)
             continue  # that thread has just ended
         found.extend(int(child) for child in data.split())
@@ -726,7 +761,7 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
 
     ``listing`` is what ``scontrol listpids`` gave, (rc, out, err, note), or None without scontrol.
     """
-    own_env = os.environ
+    own_env = _environ()
     own_job = own_env.get("SLURM_JOB_ID") or own_env.get("SLURM_JOBID")
     own_step = own_env.get("SLURM_STEP_ID") or own_env.get("SLURM_STEPID")
     exclude = set(exclude)
@@ -801,7 +836,7 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
 def _agent_kind(cmdline):
     """The launcher a process is, judged from its first arguments, or None."""
     head = cmdline[:4]
-    bases = [os.path.basename(arg) for arg in head]
+    bases = [_basename(arg) for arg in head]
     for arg, base in zip(head, bases):
         if base == "torchrun" or arg in ("torch.distributed.run", "torch.distributed.launch"):
             return "torchrun"
@@ -817,10 +852,10 @@ def _agent_kind(cmdline):
 def _is_python(info):
     if info["stat"]["comm"].startswith("python"):
         return True
-    if info["cmdline"] and os.path.basename(info["cmdline"][0]).startswith("python"):
+    if info["cmdline"] and _basename(info["cmdline"][0]).startswith("python"):
         return True
     try:
-        return "python" in os.path.basename(os.readlink("/proc/{}/exe".format(info["pid"])))
+        return "python" in _basename(os.readlink("/proc/{}/exe".format(info["pid"])))
     except OSError:
         return False
 
@@ -1347,9 +1382,9 @@ def collect_nics(clock):
 def _sys_link(name):
     base = "/sys/class/net/" + name
     arphrd = _read_int(base + "/type")
-    if os.path.isdir(base + "/bridge"):
+    if _isdir(base + "/bridge"):
         kind = "bridge"
-    elif os.path.isdir(base + "/bonding"):
+    elif _isdir(base + "/bonding"):
         kind = "bond"
     else:
         kind = ARPHRD_KINDS.get(arphrd, f"arphrd_{arphrd}")
@@ -1726,15 +1761,15 @@ def fr_request(pid, env):
     """Ask a process hooked by slurmdiag.torch for a Flight Recorder dump (a trigger file)."""
     uid = _proc_uid(pid)
     base = env.get("SLURMDIAG_FR_DIR") or f"/tmp/slurmdiag-fr-{uid}"
-    registration = os.path.join(base, f"{pid}.json")
-    dump = os.path.join(base, f"{pid}.fr.json")
-    if not os.path.exists(registration):
+    registration = f"{base}/{pid}.json"
+    dump = f"{base}/{pid}.fr.json"
+    if _file_type(registration) is None:
         return None
     try:
         os.unlink(dump)  # an old dump must not pass for the one we ask for now
     except OSError:
         pass
-    trigger = os.path.join(base, f"{pid}.trigger")
+    trigger = f"{base}/{pid}.trigger"
     try:
         with open(trigger, "w"):
             pass
@@ -1747,9 +1782,9 @@ def _torch_dump_file(env, rank):
     """A dump PyTorch wrote itself (NCCL watchdog timeout) under TORCH_FR_DUMP_TEMP_FILE."""
     for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
         prefix = env.get(name)
-        if prefix and rank is not None and os.path.isfile(f"{prefix}{rank}"):
+        if prefix and rank is not None and _isfile(f"{prefix}{rank}"):
             return f"{prefix}{rank}"
-    if rank is not None and os.path.isfile(f"/tmp/nccl_trace_rank_{rank}"):
+    if rank is not None and _isfile(f"/tmp/nccl_trace_rank_{rank}"):
         return f"/tmp/nccl_trace_rank_{rank}"
     return None
 
@@ -1761,7 +1796,7 @@ def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
     until = min(time.monotonic() + wait_s, clock.deadline - FINISH_RESERVE_S - 0.3)
     pending = {pid: req for pid, req in requests.items() if req and not req["error"]}
     while pending and time.monotonic() < until:
-        for pid in [p for p, req in pending.items() if os.path.exists(req["dump"])]:
+        for pid in [p for p, req in pending.items() if _file_type(req["dump"]) is not None]:
             del pending[pid]
         if pending:
             pump_until(lambda: False, time.monotonic() + 0.1)  # nvidia-smi's output meanwhile
@@ -1836,8 +1871,9 @@ def collect(args, clock, doc, status):
     # "listpids" skips the /proc walks (tests, and sites whose stepd titles are not standard);
     # "walk" skips the sibling walk (tests).
     own_step = None
-    if (os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")) == job_id:
-        own_step = os.environ.get("SLURM_STEP_ID") or os.environ.get("SLURM_STEPID")
+    own_env = _environ()
+    if (own_env.get("SLURM_JOB_ID") or own_env.get("SLURM_JOBID")) == job_id:
+        own_step = own_env.get("SLURM_STEP_ID") or own_env.get("SLURM_STEPID")
     walked = None
     how = args.get("discovery", "auto")
     if how == "auto":
@@ -2097,7 +2133,7 @@ def main(argv):
         deadline_s = 25.0
     clock.deadline = clock.t0 + max(deadline_s, 1.0)
     node = str(
-        args.get("node") or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+        args.get("node") or _environ().get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     )
     node = "_".join(node.split()) or "unknown"
     _write_line(f"@SDG1-HELLO {node} {pid}\n")
@@ -2112,6 +2148,7 @@ def main(argv):
         "collector_version": COLLECTOR_VERSION,
         "started": clock.started,
         "duration_s": None,
+        "cpu_s": None,
         "discovery": None,
         "tools": {"py-spy": None, "strace": None, "nvidia-smi": None},
         "errors": [problem] if problem else [],
@@ -2164,6 +2201,8 @@ def main(argv):
         )
     _end_live_tools(0.2)  # normally none; a late nvidia-smi, or one left by a failure
     doc["duration_s"] = round(clock.elapsed(), 3)
+    # Since this process started (exec and interpreter start-up included); not the tools'.
+    doc["cpu_s"] = round(time.process_time(), 4)
     if emitter.claim():
         _signal.setitimer(_signal.ITIMER_REAL, 0)
         emitter.write(doc)

@@ -893,6 +893,7 @@ def _node_section(
         ("hostname", node.hostname if node.hostname and node.hostname != node.name else None),
         ("collector", node.collector_version),
         ("took", _seconds(node.duration_s)),
+        ("collector CPU", None if node.collector_cpu_s is None else f"{node.collector_cpu_s * 1000:.0f} ms"),
         ("python", node.python),
         ("tools", ", ".join(f"{k} {v}" if v else f"{k} (missing)" for k, v in node.tools.items())),
     ]

@@ -81,15 +81,19 @@ def collector_source() -> str:
 # (mode 0700, owned by the user; checked before every use, else not used) under a name made of
 # the source hash and the interpreter's exact version: the first attach to a node compiles, the
 # later ones load. Only the compressed source travels (~30 KB): marshalled code would be twice
-# that, and Python decodes every byte of its argv at start-up.
+# that. Through srun the source travels in the environment (PAYLOAD_ENV; the argument is "-"):
+# Python decodes every byte of its argv at start-up (~1.5 ms a node for 30 KB) but keeps the
+# environment as bytes, read only when the cache misses. Both the loader and the collector use
+# the posix module, not os: os.py imports _collections_abc, ~1 ms a node.
 COLLECTOR_LOADER = """\
-import sys,os
+import sys,posix as os
 def j():
  for m in ('_json','json'):
   try:
    __import__(m);return 1
   except ImportError:pass
 if sys.version_info<(3,8) or not j():
+ import os
  a=open('/proc/self/cmdline','rb').read().split(b'\\0')[:-1]
  for x in (sys.argv[1],'python3')if sys.argv[1] else ():
   try:os.execvp(x,[x]+a[1:5]+[b'']+a[6:])
@@ -108,6 +112,7 @@ if r:
  except (OSError,ValueError,EOFError,TypeError):c=None
 if c is None:
  import zlib,binascii
+ if z=='-':z=os.environ.get(b'SLURMDIAG_COLLECTOR_SOURCE') or sys.exit('slurmdiag: the collector source is not in the environment')
  c=compile(zlib.decompress(binascii.a2b_base64(z)),'slurmdiag-collector','exec')
  if r:
   try:
@@ -121,6 +126,9 @@ if c is None:
   except OSError:pass
 exec(c,{'__name__':'__main__'})
 """
+
+
+PAYLOAD_ENV = "SLURMDIAG_COLLECTOR_SOURCE"
 
 
 @functools.lru_cache(maxsize=1)
@@ -184,7 +192,12 @@ def _node_script(system_python: str) -> str:
 
 
 def node_command(
-    job_id: str, options: CollectOptions, node: str | None = None, *, portable: bool = True
+    job_id: str,
+    options: CollectOptions,
+    node: str | None = None,
+    *,
+    portable: bool = True,
+    source_in_env: bool = False,
 ) -> list[str]:
     """The argv each node runs: the interpreter choice, the loader, the payload, the args.
 
@@ -196,15 +209,23 @@ def node_command(
 
     ``portable``: a shell picks the interpreter on the node. Otherwise the system Python is
     run directly, one program less a node; a node without it fails to start the step's task,
-    and fan_out_srun runs the portable form there.
+    and fan_out_srun runs the portable form there. ``source_in_env``: the compressed source is
+    left to the environment (``PAYLOAD_ENV``, see node_environment).
     """
-    rest = [options.node_cache, *collector_payload(), json.dumps(collector_args(job_id, options, node))]
+    digest, source = collector_payload()
+    rest = [options.node_cache, digest, "-" if source_in_env else source,
+            json.dumps(collector_args(job_id, options, node))]
     if options.node_python:
         return [options.node_python, "-I", "-S", "-c", COLLECTOR_LOADER, "", *rest]
     if not portable:
         return [SYSTEM_PYTHON, "-I", "-S", "-c", COLLECTOR_LOADER, preferred_node_python(), *rest]
     return ["/bin/sh", "-c", _node_script(SYSTEM_PYTHON), "slurmdiag-collector",
             preferred_node_python(), COLLECTOR_LOADER, *rest]
+
+
+def node_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The step's environment: srun's (see srun_environment) and the collector's source."""
+    return {**srun_environment(environ), PAYLOAD_ENV: collector_payload()[1]}
 
 
 def srun_argv(
@@ -238,7 +259,7 @@ def srun_argv(
         f"--job-name={STEP_NAME}",
         "--kill-on-bad-exit=0",
         "--cpu-bind=none",
-        *node_command(job_id, options, portable=portable),
+        *node_command(job_id, options, portable=portable, source_in_env=True),
     ]
 
 
@@ -386,7 +407,7 @@ def fan_out_srun(
     result = runner(
         srun_argv(job_id, nodes, options, het_group, portable=not direct),
         options.timeout_s,
-        env=srun_environment(os.environ),
+        env=node_environment(os.environ),
         on_stdout_line=on_line,
     )
     out = outcomes_from_output(nodes, result, "srun")
@@ -397,7 +418,7 @@ def fan_out_srun(
         again = runner(
             srun_argv(job_id, missing, replace(options, timeout_s=left), het_group),
             left,
-            env=srun_environment(os.environ),
+            env=node_environment(os.environ),
             on_stdout_line=on_line,
         )
         retried = outcomes_from_output(missing, again, "srun")

@@ -307,15 +307,22 @@ def test_nodes_without_the_system_python_are_collected_with_another(scenario_run
 def test_every_way_of_finding_processes_finds_the_same_ones(scenario_run, how, method):
     # GIVEN a hung job, and the collector told how to find the job's processes: from our
     # stepd's siblings (the default), by a walk of all /proc, or by `scontrol listpids`
-    from slurmdiag.transport.collect import CollectOptions, collector_args, srun_argv
+    from slurmdiag.transport.collect import (
+        CollectOptions,
+        collector_args,
+        node_environment,
+        srun_argv,
+    )
     from slurmdiag.transport.framing import decode_frames
 
     run = scenario_run("rank_gated_collective")
     nodes = run_nodes(run.job_id)
-    argv = srun_argv(run.job_id, nodes, CollectOptions(samples=1, strace_s=0))
-    args = collector_args(run.job_id, CollectOptions(samples=1, strace_s=0))
-    argv[-1] = json.dumps({**args, "discovery": how})
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    # (no node cache: the collector's source comes from the step's environment)
+    options = CollectOptions(samples=1, strace_s=0, node_cache="")
+    argv = srun_argv(run.job_id, nodes, options)
+    argv[-1] = json.dumps({**collector_args(run.job_id, options), "discovery": how})
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                          env=node_environment(os.environ))
     documents = decode_frames(done.stdout).documents
     # THEN every node used that way and found exactly the ranks' pids
     assert set(documents) == set(nodes), done.stderr[-500:]

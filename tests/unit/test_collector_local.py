@@ -385,6 +385,8 @@ def test_document_header(collected: dict) -> None:
     assert doc["format"] == 1 and doc["collector_version"] == "1"
     assert doc["node"] == "nodeX" and doc["python"].count(".") == 2
     assert 0 < doc["duration_s"] < collected["wall"]
+    # its own CPU: at least an interpreter's start, less than all the wall time it took
+    assert 0.001 < doc["cpu_s"] < doc["duration_s"] + 0.5
     assert abs(doc["started"] - time.time()) < 120
 
 
@@ -492,7 +494,7 @@ def test_source_is_python38_grammar_and_imports_no_slurmdiag() -> None:
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in getattr(node, "names", [])
     }
-    assert "slurmdiag" not in imported
+    assert "slurmdiag" not in imported and "os" not in imported
     assert imported <= {
         "_json",  # C modules the collector uses instead of json, signal and socket (start-up cost)
         "_signal",
@@ -500,7 +502,7 @@ def test_source_is_python38_grammar_and_imports_no_slurmdiag() -> None:
         "select",
         "_thread",
         "json",
-        "os",
+        "posix",  # not os: os.py imports _collections_abc
         "sys",
         "time",
         "threading",
@@ -778,3 +780,18 @@ def test_spawned_children_become_ranks_and_their_script_an_agent(tmp_path: Path,
     # AND the DataLoader worker hangs under its own rank, the tracker under nobody
     assert by_pid[104]["rank_pid"] == 102
     assert by_pid[103]["rank_pid"] is None and by_pid[103]["role"] == "child"
+
+
+def test_tools_get_neither_our_source_nor_the_callers_locale(monkeypatch) -> None:
+    # GIVEN the step's environment, with the collector's source in it
+    import posix
+
+    monkeypatch.setitem(posix.environ, collector.SOURCE_ENV, b"eNq...")
+    monkeypatch.setattr(collector, "_ENV", {})
+    monkeypatch.setattr(collector, "_ENVIRON", {})
+    # THEN py-spy, strace and nvidia-smi run without it, in the C locale, marked as ours
+    env = collector._child_env()
+    assert collector.SOURCE_ENV not in env
+    assert env[b"LC_ALL"] == b"C" and env[collector.MARKER_ENV.encode()] == b"1"
+    assert "SLURMDIAG_COLLECTOR_SOURCE" not in collector._environ()
+    assert collector._environ()["PATH"] == os.environ["PATH"]

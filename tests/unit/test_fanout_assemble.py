@@ -38,9 +38,14 @@ def test_srun_argv_is_one_overlapping_step_without_gpus():
     for flag in ("--jobid=77", "--overlap", "--gres=gpu:0", "--nodes=3", "--ntasks-per-node=1",
                  "--nodelist=n1,n2,n3", "--kill-on-bad-exit=0"):
         assert flag in argv
-    # AND each task is the node command (nodes need no install), with the args last
-    command = node_command("77", options)
-    assert argv[-len(command):] == command
+    # AND each task is the node command (nodes need no install), with the args last, and the
+    # collector's source in the step's environment, not in argv (Python decodes argv at start)
+    command = node_command("77", options, source_in_env=True)
+    assert argv[-len(command):] == command and argv[-2] == "-"
+    digest, source = collect.collector_payload()
+    assert argv[-3] == digest and source not in argv
+    env = collect.node_environment({"PATH": "/usr/bin", "SLURM_JOB_ID": "5"})
+    assert env == {"PATH": "/usr/bin", collect.PAYLOAD_ENV: source}
     args = json.loads(argv[-1])
     assert args["job_id"] == "77" and args["deadline_s"] < 20
 
@@ -112,6 +117,9 @@ def test_real_document_assembles_into_a_node():
     assert node.gpus.status == "ok"
     assert node.gpus.gpus[0].name == "NVIDIA A100-SXM4-80GB"
     assert "lo" in [i.name for i in node.nics.interfaces]
+    # AND a document from before collectors measured their CPU has none
+    assert node.collector_cpu_s is None
+    assert node_from_document("node001", {**REAL_DOC, "cpu_s": 0.0123}).collector_cpu_s == 0.0123
 
 
 def test_failed_outcome_keeps_status_and_message():

@@ -19,6 +19,7 @@ import pytest
 
 from slurmdiag.transport.collect import (
     COLLECTOR_LOADER,
+    PAYLOAD_ENV,
     SYSTEM_PYTHON,
     CollectOptions,
     collector_payload,
@@ -106,6 +107,23 @@ def test_a_damaged_cache_file_is_replaced_by_a_fresh_compile(tmp_path):
     done, frames = run(loader_argv(tmp_path))
     assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
     assert marshal.loads(cached.read_bytes()).co_filename == "slurmdiag-collector"
+
+
+def test_the_source_can_come_from_the_environment_instead_of_argv(tmp_path):
+    # GIVEN the node command as srun runs it: "-" for the source, the source in the environment
+    digest, source = collector_payload()
+    argv = [sys.executable, "-I", "-S", "-c", COLLECTOR_LOADER, "", str(tmp_path), digest, "-",
+            json.dumps(ARGS)]
+    env = {"PATH": os.environ["PATH"], PAYLOAD_ENV: source}
+    # THEN a node without the cache compiles it from there, and caches it
+    done, frames = run(argv, env=env)
+    assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
+    assert len(cache_files(tmp_path)) == 1
+    # AND without the cache nor the variable, it says so in one line
+    argv[6] = ""
+    done, frames = run(argv, env={"PATH": os.environ["PATH"]})
+    assert not frames.documents
+    assert done.stderr.strip() == "slurmdiag: the collector source is not in the environment"
 
 
 def test_an_empty_cache_argument_writes_nothing(tmp_path, monkeypatch):

@@ -367,3 +367,13 @@ def test_real_gloo_snapshots_render_with_their_verdicts(mode: str) -> None:
     assert len(ids) == len(set(ids))
     assert {a.attrs["href"][1:] for a in page.find_all("a")} <= set(ids)
     assert len(page.find_all("tr", cls="rank-row")) == len(snapshot.nodes[0].ranks)
+
+
+def test_a_node_section_says_what_the_collector_cost_the_node() -> None:
+    # GIVEN a job whose first node's collector measured its own CPU
+    snapshot = rank_gated_job(JobShape())
+    first = dataclasses.replace(snapshot.nodes[0], collector_cpu_s=0.0123)
+    snapshot = dataclasses.replace(snapshot, nodes=(first, *snapshot.nodes[1:]))
+    # THEN its section says so, in milliseconds; a node without the figure shows no such fact
+    page = render_html(snapshot, pinned(snapshot))
+    assert page.count("collector CPU") == 1 and "12 ms" in page
