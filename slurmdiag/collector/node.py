@@ -1864,7 +1864,6 @@ def collect(args, clock, doc, status):
     tools["py-spy"] = find_tool("py-spy", _arg_list(args.get("pyspy")))
     tools["strace"] = find_tool("strace", _arg_list(args.get("strace")))
     tools["nvidia-smi"] = find_tool("nvidia-smi", _arg_list(args.get("nvidia_smi")))
-    scontrol = find_tool("scontrol", [])
 
     _enter_phase(status, "discovery")
     listing = None
@@ -1880,7 +1879,8 @@ def collect(args, clock, doc, status):
         walked = sibling_stepd_descendants(job_id, node, own_step)
     if how in ("auto", "walk") and walked is None:
         walked = stepd_descendants(job_id, node, own_step)
-    if walked is None and scontrol:
+    scontrol = find_tool("scontrol", []) if walked is None else None
+    if scontrol:
         # No slurmstepd of the job visible here (another PID namespace, hidepid): ask Slurm.
         listing = Task(tool_run([scontrol, "listpids", job_id, node], min(5.0, clock.left())))
     # GPUs and NICs need no ptrace: a task gathers them on the side while scontrol runs and the
