@@ -608,6 +608,15 @@ def _foreign_environ(data, needle):
     return b"\0SLURMD_NODENAME=" in padded and needle not in padded
 
 
+def _foreign_stepd(tasks, needle):
+    """True if the first readable of a stepd's tasks names another node (see _foreign_environ)."""
+    for task in tasks:
+        data = _read(f"/proc/{task}/environ", binary=True, one_show=True)
+        if data is not None:
+            return _foreign_environ(data, needle)
+    return False
+
+
 def _children(pid, main_only=False, counter=None):
     """Child pids of ``pid`` from /proc/PID/task/TID/children, None if that cannot be read.
 
@@ -673,13 +682,7 @@ def sibling_stepd_descendants(job_id, node, skip_step=None):
         tasks = _children(stepd, main_only=True, counter=counter) or _children(stepd, counter=counter)
         if tasks is None:
             return None
-        for task in tasks:
-            data = _read(f"/proc/{task}/environ", binary=True, one_show=True)
-            if data is not None:  # the first readable task speaks for the stepd
-                break
-        else:
-            data = None
-        if data is not None and _foreign_environ(data, needle):
+        if _foreign_stepd(tasks, needle):
             continue
         stack = [stepd]
         while stack:
@@ -739,13 +742,7 @@ def stepd_descendants(job_id, node, skip_step=None):
     found = {}
     for stepd, step in stepds.items():
         tasks = children.get(stepd, ())
-        for task in tasks:
-            data = _read(f"/proc/{task}/environ", binary=True, one_show=True)
-            if data is not None:  # the first readable task speaks for the stepd
-                break
-        else:
-            data = None
-        if data is not None and _foreign_environ(data, needle):
+        if _foreign_stepd(tasks, needle):
             continue
         stack = list(tasks)
         while stack:
