@@ -72,8 +72,8 @@ def collector_source() -> str:
 
 # The node command's -c program; its arguments: the interpreter to re-run it with if this one is
 # older than 3.8 or has no json module (python3-minimal alone), else python3 on PATH, or "" for
-# neither; the cache directory (or
-# ""); the collector's hash; its compressed source; the collector's args. The re-run takes this
+# neither; the cache directory (or ""); the collector's hash; its compressed source, or "-" when
+# it is in the environment; the collector's args. The re-run takes this
 # program and its arguments back from /proc/self/cmdline: `python -c` keeps them nowhere else.
 #
 # Compiling the collector's 70 KB of source costs ~15 ms of CPU a node, paid 32 times on the one

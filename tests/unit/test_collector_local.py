@@ -791,6 +791,10 @@ def test_tools_get_neither_our_source_nor_the_callers_locale(monkeypatch) -> Non
     monkeypatch.setattr(collector, "_ENVIRON", {})
     # THEN py-spy, strace and nvidia-smi run without it, in the C locale, marked as ours
     env = collector._child_env()
+    # (the collector cannot import slurmdiag: its copy of the name must be the controller's)
+    from slurmdiag.transport.collect import PAYLOAD_ENV
+
+    assert collector.SOURCE_ENV == PAYLOAD_ENV.encode()
     assert collector.SOURCE_ENV not in env
     assert env[b"LC_ALL"] == b"C" and env[collector.MARKER_ENV.encode()] == b"1"
     assert "SLURMDIAG_COLLECTOR_SOURCE" not in collector._environ()
