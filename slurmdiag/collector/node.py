@@ -602,19 +602,38 @@ def _node_needle(node):
     return ("\0SLURMD_NODENAME=" + node + "\0").encode("utf-8", "surrogateescape")
 
 
-def _foreign_environ(data, needle):
-    """True if raw environ bytes name another node in SLURMD_NODENAME (no dict is built)."""
+def _environ_node(data, needle):
+    """Whose node raw environ bytes name in SLURMD_NODENAME: "ours", "foreign", or None (none).
+
+    No dict is built."""
     padded = b"\0" + data
-    return b"\0SLURMD_NODENAME=" in padded and needle not in padded
+    if needle in padded:
+        return "ours"
+    return "foreign" if b"\0SLURMD_NODENAME=" in padded else None
 
 
-def _foreign_stepd(tasks, needle):
-    """True if the first readable of a stepd's tasks names another node (see _foreign_environ)."""
+def _stepd_node(tasks, needle):
+    """What the first readable of a stepd's tasks says of its node (see _environ_node)."""
     for task in tasks:
         data = _read(f"/proc/{task}/environ", binary=True, one_show=True)
         if data is not None:
-            return _foreign_environ(data, needle)
-    return False
+            return _environ_node(data, needle)
+    return None
+
+
+def _is_foreign(step, tasks, needle, claimed):
+    """True for a stepd of another node sharing this host (multiple slurmd, the emulated cluster).
+
+    A node runs one stepd per step: once a task's environment has named this node for ``step``,
+    another stepd of that step is another node's without reading it (``claimed`` holds those
+    steps). A stepd whose tasks name no node counts as ours and claims nothing.
+    """
+    if step in claimed:
+        return True
+    whose = _stepd_node(tasks, needle)
+    if whose == "ours":
+        claimed.add(step)
+    return whose == "foreign"
 
 
 def _children(pid, main_only=False, counter=None):
@@ -670,6 +689,7 @@ def sibling_stepd_descendants(job_id, node, skip_step=None):
     needle = _node_needle(node)
     budget = None
     found = {}
+    claimed = set()
     seen_stepd = False
     for stepd in candidates:
         title = _read(f"/proc/{stepd}/cmdline", binary=True, one_show=True)
@@ -682,7 +702,7 @@ def sibling_stepd_descendants(job_id, node, skip_step=None):
         tasks = _children(stepd, main_only=True, counter=counter) or _children(stepd, counter=counter)
         if tasks is None:
             return None
-        if _foreign_stepd(tasks, needle):
+        if _is_foreign(step, tasks, needle, claimed):
             continue
         stack = [stepd]
         while stack:
@@ -740,9 +760,10 @@ def stepd_descendants(job_id, node, skip_step=None):
         children.setdefault(ppid, []).append(pid)
     needle = _node_needle(node)
     found = {}
+    claimed = set()
     for stepd, step in stepds.items():
         tasks = children.get(stepd, ())
-        if _foreign_stepd(tasks, needle):
+        if _is_foreign(step, tasks, needle, claimed):
             continue
         stack = list(tasks)
         while stack:
@@ -805,7 +826,7 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
         if pid in exclude:
             continue
         raw = _read(f"/proc/{pid}/environ", binary=True, one_show=True)
-        if raw is None or _foreign_environ(raw, needle):
+        if raw is None or _environ_node(raw, needle) == "foreign":
             continue  # gone, not ours to read, or another (emulated) node's process
         env = parse_environ(raw)
         stat = read_stat(pid)

@@ -534,16 +534,18 @@ def test_parse_listpids_keeps_steps_and_drops_placeholders() -> None:
 
 def test_raw_environ_names_the_node_of_a_process() -> None:
     # Where several slurmd share a host, a process of another node is dropped before its
-    # environment is parsed; one that names no node (or this one) is kept.
+    # environment is parsed; one that names this node is ours, one that names none is unknown.
     needle = collector._node_needle("node002")
     env = b"PATH=/bin\0SLURMD_NODENAME=%s\0SLURM_PROCID=3\0"
-    assert collector._foreign_environ(env % b"node001", needle)
-    assert not collector._foreign_environ(env % b"node002", needle)
-    assert collector._foreign_environ(env % b"node0022", needle)  # a prefix is not the node
-    assert not collector._foreign_environ(b"SLURMD_NODENAME=node002\0X=1\0", needle)
-    assert collector._foreign_environ(b"SLURMD_NODENAME=node001\0X=1\0", needle)
-    assert not collector._foreign_environ(b"PATH=/bin\0MY_SLURMD_NODENAME=node001\0", needle)
-    assert not collector._foreign_environ(b"", needle)  # a zombie's: nothing to say
+    whose = collector._environ_node
+    assert whose(env % b"node001", needle) == "foreign"
+    assert whose(env % b"node002", needle) == "ours"
+    assert whose(env % b"node0022", needle) == "foreign"  # a prefix is not the node
+    assert whose(b"SLURMD_NODENAME=node002\0X=1\0", needle) == "ours"
+    assert whose(b"SLURMD_NODENAME=node001\0X=1\0", needle) == "foreign"
+    assert whose(b"PATH=/bin\0MY_SLURMD_NODENAME=node002\0", needle) is None
+    assert whose(b"PATH=/bin\0MY_SLURMD_NODENAME=node001\0", needle) is None
+    assert whose(b"", needle) is None  # a zombie's: nothing to say
     assert collector.parse_environ(env % b"node002")["SLURM_PROCID"] == "3"
 
 

@@ -45,11 +45,16 @@ if spec.get("probe"):
     if spec.get("tiny_budget"):
         ns["CHILDREN_READS_BEFORE_BUDGET"] = 0
         ns["_proc_entries"] = lambda: 1
+    reads, real_read = [], ns["_read"]
+    def counting_read(path, *args, **kwargs):
+        reads.append(path)
+        return real_read(path, *args, **kwargs)
+    ns["_read"] = counting_read
     own = os.environ["SLURM_STEP_ID"]
-    result = {
-        "siblings": ns["sibling_stepd_descendants"](spec["job"], spec["node"], own),
-        "walk": ns["stepd_descendants"](spec["job"], spec["node"], own),
-    }
+    result = {"siblings": ns["sibling_stepd_descendants"](spec["job"], spec["node"], own)}
+    result["sibling_reads"], reads[:] = list(reads), []
+    result["walk"] = ns["stepd_descendants"](spec["job"], spec["node"], own)
+    result["walk_reads"] = list(reads)
     with open(spec["out"] + ".tmp", "w") as f:
         json.dump(result, f)
     os.rename(spec["out"] + ".tmp", spec["out"])
@@ -106,23 +111,34 @@ def _wait_for_tree(stepd: subprocess.Popen, count: int) -> set[int]:
     raise AssertionError(f"stepd {stepd.pid} did not start its {count} processes")
 
 
-@pytest.fixture
-def three_nodes(tmp_path):
-    """Job 999999 step 0 on nodeA and nodeB, job 888 on nodeA; returns (run_probe, nodeA's pids)."""
+@pytest.fixture(params=["ours_first", "foreign_first"])
+def three_nodes(tmp_path, request):
+    """Job 999999 step 0 on nodeA and nodeB, job 888 on nodeA; returns (run_probe, nodeA's pids).
+
+    ``run_probe.foreign`` holds nodeB's processes; the param says whose stepd starts first (the
+    order the walks meet them in)."""
     started = []
 
     def stepd(title, tasks):
         started.append(_start_stepd(tmp_path, title, tasks))
         return started[-1]
 
-    try:
-        mine = stepd(f"slurmstepd: [{JOB}.0]", [
+    def ours():
+        return stepd(f"slurmstepd: [{JOB}.0]", [
             _task("nodeA", "0", thread_child=True), _task("nodeA", "0")])
-        foreign = stepd(f"slurmstepd: [{JOB}.0]", [_task("nodeB", "0"), _task("nodeB", "0")])
+
+    def theirs():
+        return stepd(f"slurmstepd: [{JOB}.0]", [_task("nodeB", "0"), _task("nodeB", "0")])
+
+    try:
+        if request.param == "ours_first":
+            mine, foreign = ours(), theirs()
+        else:
+            foreign, mine = theirs(), ours()
         other_job = stepd("slurmstepd: [888.0]", [
             {"env": {"SLURMD_NODENAME": "nodeA", "SLURM_JOB_ID": "888"}}])
         expected = _wait_for_tree(mine, 3)
-        _wait_for_tree(foreign, 2)
+        foreign_pids = _wait_for_tree(foreign, 2)
         _wait_for_tree(other_job, 1)
 
         def run_probe(**extra):
@@ -133,6 +149,8 @@ def three_nodes(tmp_path):
             own.wait(timeout=60)
             return json.loads(out.read_text())
 
+        run_probe.foreign = foreign_pids
+        run_probe.order = request.param
         yield run_probe, expected
     finally:
         for proc in started:
@@ -159,6 +177,29 @@ def test_our_stepds_siblings_give_this_nodes_processes_only(three_nodes):
     assert set(siblings.values()) == {"0"}
     walk = {int(pid): step for pid, step in result["walk"].items()}
     assert walk == siblings
+
+
+def _environs_read(paths: list[str], pids: set[int]) -> set[int]:
+    return {int(p.split("/")[2]) for p in paths if p.endswith("/environ")} & pids
+
+
+def test_a_stepd_of_a_step_this_node_already_has_is_not_read(three_nodes):
+    # GIVEN nodeA's and nodeB's stepds of step 0 on one host, in either order
+    run_probe, expected = three_nodes
+    # WHEN both walks run from the probe
+    result = run_probe()
+    # THEN both find nodeA's processes; a node runs one stepd per step, so once a task's
+    # environment has named nodeA for step 0, nodeB's stepd of step 0 is skipped unread; met
+    # first, one of its tasks' environment is read to learn it is nodeB's
+    foreign = run_probe.foreign
+    assert {int(pid) for pid in result["siblings"]} == expected
+    assert {int(pid) for pid in result["walk"]} == expected
+    for walk in ("sibling_reads", "walk_reads"):
+        read = _environs_read(result[walk], foreign)
+        if run_probe.order == "ours_first":
+            assert read == set(), walk
+        else:
+            assert len(read) == 1, (walk, read)
 
 
 def test_sibling_walk_gives_way_when_the_jobs_threads_cost_more_than_proc(three_nodes):
