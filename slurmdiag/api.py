@@ -5,16 +5,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmdiag._version import __version__
-from slurmdiag.analysis.model import Analysis
-from slurmdiag.assemble import flight_recorder_section, node_from_outcome
 from slurmdiag.errors import SlurmdiagError, UsageError
-from slurmdiag.logs import findings_from_job_logs
-from slurmdiag.slurm.discover import discover_job, job_ref_from_user, to_job
-from slurmdiag.snapshot import Snapshot
+from slurmdiag.slurm.discover import discover_job, job_ref_from_user
 from slurmdiag.transport.collect import (
     DEFAULT_NODE_CACHE,
     CollectOptions,
@@ -23,7 +21,16 @@ from slurmdiag.transport.collect import (
 )
 from slurmdiag.transport.run import run_command
 
+if TYPE_CHECKING:
+    from slurmdiag.analysis.model import Analysis
+    from slurmdiag.snapshot import Snapshot
+
+# What the snapshot, the analysis and the report need is imported after the fan-out (or, from
+# attach_job, while it runs: see _load_the_rest): ~0.1 s of a fresh process's imports.
+
 TRANSPORTS = ("srun", "ssh")
+# How long the end of an attach waits for the loading started during the fan-out.
+MEANWHILE_JOIN_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +77,13 @@ def collect_snapshot(
     flight_recorder: bool = False,
     ssh_options: dict | None = None,
     progress: Callable[[int, int], None] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> tuple[Snapshot, list[str]]:
-    """Discover the job, fan the collector out, and assemble the snapshot (no analysis yet)."""
+    """Discover the job, fan the collector out, and assemble the snapshot (no analysis yet).
+
+    ``meanwhile`` runs in a thread during the fan-out (the controller mostly waits on srun); an
+    exception there is dropped: whatever it prepares is done again, and fails for real, on use.
+    """
     if samples < 1:
         raise UsageError("--samples must be at least 1")
     if interval < 0 or strace_s < 0 or timeout_s <= 0:
@@ -94,9 +106,23 @@ def collect_snapshot(
     het_group = None
     if slurm_job.het_job_id and slurm_job.het_job_offset is not None:
         het_group = (slurm_job.het_job_id, slurm_job.het_job_offset)
+    helper = None
+    if meanwhile is not None:
+        helper = threading.Thread(
+            target=_quietly, args=(meanwhile,), name="slurmdiag-meanwhile", daemon=True
+        )
+        helper.start()
     fanout = _fan_out(
         slurm_job.job_id, slurm_job.nodes, options, transport, ssh_options, progress, het_group
     )
+    if helper is not None:
+        helper.join(MEANWHILE_JOIN_S)  # a race for the same imports would only cost time
+
+    from slurmdiag.assemble import flight_recorder_section, node_from_outcome
+    from slurmdiag.logs import findings_from_job_logs
+    from slurmdiag.slurm.discover import to_job
+    from slurmdiag.snapshot import Snapshot
+
     nodes = tuple(node_from_outcome(fanout.nodes[name]) for name in slurm_job.nodes)
     job = to_job(slurm_job)
     snapshot = Snapshot(
@@ -121,6 +147,26 @@ def collect_snapshot(
         ),
     )
     return snapshot, list(fanout.warnings)
+
+
+def _quietly(work: Callable[[], object]) -> None:
+    try:
+        work()
+    except BaseException:  # noqa: BLE001 - redone on use, where a failure is reported
+        pass
+
+
+def _load_the_rest(report: bool) -> None:
+    """What attach_job needs after the fan-out: imported (and the report compiled) during it."""
+    import slurmdiag.analysis  # noqa: F401
+    import slurmdiag.assemble  # noqa: F401
+    import slurmdiag.logs  # noqa: F401
+    import slurmdiag.report.terminal  # noqa: F401
+
+    if report:
+        from slurmdiag.report.render import load_template
+
+        load_template()
 
 
 def default_out_dir(job_id: str) -> Path:
@@ -166,9 +212,11 @@ def attach_job(
     **options,
 ) -> AttachResult:
     """The whole attach: collect, analyse, write; used by the CLI and the watchdog."""
+    snapshot, warnings = collect_snapshot(
+        str(job_id), meanwhile=lambda: _load_the_rest(write and report), **options
+    )
     from slurmdiag.analysis import analyze
 
-    snapshot, warnings = collect_snapshot(str(job_id), **options)
     analysis = analyze(snapshot)
     snapshot = dataclasses.replace(snapshot, verdicts=tuple(analysis.verdicts))
     target: Path | None = None

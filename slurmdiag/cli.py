@@ -144,7 +144,6 @@ def _progress_printer():
 
 def _run_attach(args: argparse.Namespace) -> int:
     from slurmdiag.api import attach_job
-    from slurmdiag.report.terminal import format_summary, should_color
 
     ssh_options = None
     if args.transport == "ssh":
@@ -174,6 +173,8 @@ def _run_attach(args: argparse.Namespace) -> int:
         ssh_options=ssh_options,
         progress=_progress_printer(),
     )
+    from slurmdiag.report.terminal import format_summary, should_color  # loaded during attach
+
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     snapshot = result.snapshot

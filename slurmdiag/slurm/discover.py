@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from slurmdiag.errors import JobNotFound, JobNotRunning, ParseError, SlurmUnavailable, UsageError
 from slurmdiag.slurm.parse import (
@@ -12,8 +13,10 @@ from slurmdiag.slurm.parse import (
     parse_scontrol_job,
     parse_scontrol_job_json,
 )
-from slurmdiag.snapshot import Job
 from slurmdiag.transport.run import CommandResult, Runner, run_command
+
+if TYPE_CHECKING:
+    from slurmdiag.snapshot import Job
 
 SCONTROL_TIMEOUT_S = 20.0
 
@@ -123,6 +126,8 @@ def check_attachable(job: SlurmJob, ref: JobRef) -> None:
 
 def to_job(job: SlurmJob) -> Job:
     """The snapshot's view of a Slurm job record."""
+    from slurmdiag.snapshot import Job  # after the fan-out: the snapshot module is heavy to load
+
     return Job(
         id=job.job_id,
         state=job.state or "UNKNOWN",

@@ -1,0 +1,118 @@
+"""The Python API's own wiring: what loads before the fan-out, and what runs during it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from slurmdiag import api
+from slurmdiag.slurm.parse import parse_scontrol_job
+from slurmdiag.transport.collect import FanoutResult, NodeOutcome
+
+JOB_TEXT = (
+    "JobId=42 JobName=train UserId=alice(1000) GroupId=alice(1000) Priority=1 "
+    "JobState=RUNNING Reason=None Dependency=(null) RunTime=00:05:00 TimeLimit=00:30:00 "
+    "SubmitTime=2026-11-22T00:00:00 StartTime=2026-11-22T00:00:01 Partition=debug "
+    "NodeList=node[001-002] NumNodes=2 NumCPUs=4 NumTasks=4 StdOut=/nonexistent/job-42.out "
+    "StdErr=/nonexistent/job-42.out\n"
+)
+
+
+def test_the_fan_out_path_loads_no_snapshot_analysis_or_report_code():
+    # GIVEN a fresh interpreter
+    probe = (
+        "import json, sys, slurmdiag.api\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('slurmdiag', 'jinja2')))))"
+    )
+    # WHEN it imports the API (what attach needs before srun starts)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout))
+    # THEN discovery and the fan-out are there, and none of what comes after it (loaded during
+    # the fan-out by attach_job, or on use): a fresh CLI process starts srun sooner
+    assert {"slurmdiag.slurm.discover", "slurmdiag.transport.collect"} <= loaded
+    heavy = {"slurmdiag.snapshot", "slurmdiag.assemble", "slurmdiag.analysis",
+             "slurmdiag.report.render", "slurmdiag.report.terminal", "jinja2"}
+    assert loaded & heavy == set()
+
+
+def _fake_attach(monkeypatch, fan_out):
+    monkeypatch.setattr(api, "discover_job", lambda ref, runner: parse_scontrol_job(JOB_TEXT)[0])
+    monkeypatch.setattr(api, "_fan_out", fan_out)
+
+
+def _outcomes(nodes) -> FanoutResult:
+    out = FanoutResult()
+    for name in nodes:
+        out.nodes[name] = NodeOutcome(name, "unreachable", None, "the collector did not run")
+    return out
+
+
+def test_meanwhile_runs_in_another_thread_while_the_nodes_are_collected(monkeypatch):
+    # GIVEN a fan-out that only returns once the meanwhile work has started
+    started = threading.Event()
+    seen = {}
+
+    def fan_out(job_id, nodes, *rest):
+        seen["during_fan_out"] = started.wait(10)
+        return _outcomes(nodes)
+
+    def meanwhile():
+        seen["thread"] = threading.current_thread() is not threading.main_thread()
+        started.set()
+
+    _fake_attach(monkeypatch, fan_out)
+    # WHEN the snapshot is collected with that work to do meanwhile
+    snapshot, _ = api.collect_snapshot("42", samples=1, strace_s=0, meanwhile=meanwhile)
+    # THEN the work ran in its own thread, during the fan-out, and the snapshot is whole
+    assert seen == {"during_fan_out": True, "thread": True}
+    assert [n.name for n in snapshot.nodes] == ["node001", "node002"]
+
+
+def test_a_failing_meanwhile_costs_nothing_collected(monkeypatch):
+    # GIVEN work meant for the fan-out's wait that fails
+    def meanwhile():
+        raise ImportError("no module named jinja2")
+
+    _fake_attach(monkeypatch, lambda job_id, nodes, *rest: _outcomes(nodes))
+    # WHEN the snapshot is collected
+    snapshot, _ = api.collect_snapshot("42", samples=1, strace_s=0, meanwhile=meanwhile)
+    # THEN the failure is dropped there (redone, and reported, where the work is used)
+    assert snapshot.job.id == "42"
+    assert [n.status for n in snapshot.nodes] == ["unreachable", "unreachable"]
+
+
+@pytest.mark.parametrize("report", [True, False])
+def test_attach_job_compiles_the_report_during_the_fan_out(monkeypatch, tmp_path, report):
+    # GIVEN a fan-out that waits for the report's template to be loaded, if it will be
+    from slurmdiag.report import render
+
+    compiled = threading.Event()
+    calls = []
+    real_load = render.load_template
+
+    def load_template():
+        calls.append(threading.current_thread().name)
+        compiled.set()
+        return real_load()
+
+    def fan_out(job_id, nodes, *rest):
+        calls.append(("fan-out saw the template loaded", compiled.wait(10 if report else 0.2)))
+        return _outcomes(nodes)
+
+    _fake_attach(monkeypatch, fan_out)
+    monkeypatch.setattr(render, "load_template", load_template)
+    # WHEN attach_job collects and writes its outputs, with or without the report
+    result = api.attach_job("42", out_dir=tmp_path, report=report, samples=1, strace_s=0)
+    # THEN with a report, its template was loaded by the thread that runs during the fan-out
+    # (and loaded again, from the process's cache, to render); without one, never
+    if report:
+        assert calls[0] == "slurmdiag-meanwhile"
+        assert ("fan-out saw the template loaded", True) in calls
+        assert (tmp_path / "report.html").is_file() and result.snapshot.report
+    else:
+        assert calls == [("fan-out saw the template loaded", False)]
+        assert not (tmp_path / "report.html").exists()
