@@ -72,6 +72,26 @@ def test_first_run_compiles_and_caches_privately_then_later_runs_load_the_cache(
     assert done.stdout.strip() == "FROM-CACHE"
 
 
+def test_compiling_removes_what_other_collector_versions_left_for_this_interpreter(tmp_path):
+    # GIVEN a cache holding another collector version's code for this interpreter, its
+    # unfinished temporary file, and code for another interpreter
+    directory = tmp_path / f"slurmdiag-{os.getuid()}"
+    directory.mkdir(mode=0o700)
+    this_python = f"{sys.implementation.cache_tag}-{sys.hexversion:x}"
+    old = directory / f"{'0' * 20}-{this_python}"
+    old_tmp = directory / f"{'1' * 20}-{this_python}.4242"
+    other_python = directory / f"{'0' * 20}-cpython-39-30912f0"
+    for path in (old, old_tmp, other_python):
+        path.write_bytes(b"stale")
+    # WHEN this version runs there for the first time, and again
+    for _ in range(2):
+        done, frames = run(loader_argv(tmp_path))
+        assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
+    # THEN only this version's code remains for this interpreter; the other interpreter's stays
+    assert {p.name for p in cache_files(tmp_path)} == {
+        f"{collector_payload()[0]}-{this_python}", other_python.name}
+
+
 @pytest.mark.parametrize("mode", [0o755, 0o770, 0o701])
 def test_a_cache_directory_others_can_write_or_enter_is_never_used(tmp_path, mode):
     # GIVEN a planted "cache" in a directory with loose permissions
