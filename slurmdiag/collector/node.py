@@ -598,16 +598,27 @@ def _own_lineage():
     return pids
 
 
-def _node_needle(node):
-    return ("\0SLURMD_NODENAME=" + node + "\0").encode("utf-8", "surrogateescape")
+def _node_needle(node, cluster=None):
+    """What _environ_node looks for: this node's SLURMD_NODENAME and, when known, the cluster's
+    SLURM_CLUSTER_NAME (ours, from the step's environment, when not given)."""
+    if cluster is None:
+        cluster = _environ().get("SLURM_CLUSTER_NAME")
+    return tuple(
+        None if value is None else ("\0" + var + "=" + value + "\0").encode("utf-8", "surrogateescape")
+        for var, value in (("SLURMD_NODENAME", node), ("SLURM_CLUSTER_NAME", cluster or None))
+    )
 
 
 def _environ_node(data, needle):
-    """Whose node raw environ bytes name in SLURMD_NODENAME: "ours", "foreign", or None (none).
+    """Whose node raw environ bytes name: "ours", "foreign", or None (they name no node).
 
-    No dict is built."""
+    Another cluster's process is foreign too: two emulated clusters on one host can share job
+    ids and node names. No dict is built."""
+    node, cluster = needle
     padded = b"\0" + data
-    if needle in padded:
+    if cluster is not None and cluster not in padded and b"\0SLURM_CLUSTER_NAME=" in padded:
+        return "foreign"
+    if node in padded:
         return "ours"
     return "foreign" if b"\0SLURMD_NODENAME=" in padded else None
 

@@ -535,7 +535,7 @@ def test_parse_listpids_keeps_steps_and_drops_placeholders() -> None:
 def test_raw_environ_names_the_node_of_a_process() -> None:
     # Where several slurmd share a host, a process of another node is dropped before its
     # environment is parsed; one that names this node is ours, one that names none is unknown.
-    needle = collector._node_needle("node002")
+    needle = collector._node_needle("node002", cluster="")
     env = b"PATH=/bin\0SLURMD_NODENAME=%s\0SLURM_PROCID=3\0"
     whose = collector._environ_node
     assert whose(env % b"node001", needle) == "foreign"
@@ -546,6 +546,14 @@ def test_raw_environ_names_the_node_of_a_process() -> None:
     assert whose(b"PATH=/bin\0MY_SLURMD_NODENAME=node002\0", needle) is None
     assert whose(b"PATH=/bin\0MY_SLURMD_NODENAME=node001\0", needle) is None
     assert whose(b"", needle) is None  # a zombie's: nothing to say
+    # Two clusters on one host (emulated) can share job ids and node names: a process that
+    # names another cluster than our step's is foreign, whatever node it names
+    needle = collector._node_needle("node002", cluster="alpha")
+    tagged = b"SLURM_CLUSTER_NAME=%s\0SLURMD_NODENAME=node002\0"
+    assert whose(tagged % b"alpha", needle) == "ours"
+    assert whose(tagged % b"beta", needle) == "foreign"
+    assert whose(tagged % b"alphabet", needle) == "foreign"
+    assert whose(b"SLURMD_NODENAME=node002\0", needle) == "ours"  # no cluster named: the node says
     assert collector.parse_environ(env % b"node002")["SLURM_PROCID"] == "3"
 
 

@@ -78,8 +78,9 @@ def _start_stepd(tmp_path: Path, title: str, tasks: list[dict]) -> subprocess.Po
                             executable=str(name))
 
 
-def _task(node_name: str, step: str, **extra) -> dict:
-    return {"env": {"SLURMD_NODENAME": node_name, "SLURM_JOB_ID": JOB, "SLURM_STEP_ID": step}, **extra}
+def _task(node_name: str, step: str, cluster: str = "alpha", **extra) -> dict:
+    return {"env": {"SLURMD_NODENAME": node_name, "SLURM_JOB_ID": JOB, "SLURM_STEP_ID": step,
+                    "SLURM_CLUSTER_NAME": cluster}, **extra}
 
 
 def _descendants(pid: int) -> set[int]:
@@ -113,7 +114,8 @@ def _wait_for_tree(stepd: subprocess.Popen, count: int) -> set[int]:
 
 @pytest.fixture(params=["ours_first", "foreign_first"])
 def three_nodes(tmp_path, request):
-    """Job 999999 step 0 on nodeA and nodeB, job 888 on nodeA; returns (run_probe, nodeA's pids).
+    """Job 999999 step 0 on nodeA and nodeB of cluster alpha (ours) and on nodeA of cluster beta,
+    job 888 on nodeA; returns (run_probe, nodeA's pids).
 
     ``run_probe.foreign`` holds nodeB's processes; the param says whose stepd starts first (the
     order the walks meet them in)."""
@@ -131,6 +133,8 @@ def three_nodes(tmp_path, request):
         return stepd(f"slurmstepd: [{JOB}.0]", [_task("nodeB", "0"), _task("nodeB", "0")])
 
     try:
+        # Another emulated cluster on the host, with the same job id and node names, comes first
+        other_cluster = stepd(f"slurmstepd: [{JOB}.0]", [_task("nodeA", "0", cluster="beta")])
         if request.param == "ours_first":
             mine, foreign = ours(), theirs()
         else:
@@ -139,6 +143,7 @@ def three_nodes(tmp_path, request):
             {"env": {"SLURMD_NODENAME": "nodeA", "SLURM_JOB_ID": "888"}}])
         expected = _wait_for_tree(mine, 3)
         foreign_pids = _wait_for_tree(foreign, 2)
+        _wait_for_tree(other_cluster, 1)
         _wait_for_tree(other_job, 1)
 
         def run_probe(**extra):
