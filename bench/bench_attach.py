@@ -126,8 +126,8 @@ def main() -> int:
         # The least any Python collector can cost: the node's python3 handed its ranks' pids
         # (found beforehand, outside the timing), doing nothing but running py-spy on them.
         # Not a procedure anyone can use; it shows what the interpreter's start-up alone costs.
-        listed = sh([*srun_base, "sh", "-c", "echo $SLURMD_NODENAME $(scontrol listpids "
-                     "$SLURM_JOB_ID $SLURMD_NODENAME | awk '$3==\"0\"{print $1}')"], env).stdout
+        listed = sh([*srun_base, "sh", "-c", ("echo $SLURMD_NODENAME $(scontrol listpids "
+                     "$SLURM_JOB_ID $SLURMD_NODENAME | awk '$3==\"0\"{print $1}')")], env).stdout
         # "node001:pid,pid node002:pid,pid ...": no json import on the nodes
         node_pids = " ".join(f"{line.split()[0]}:{','.join(line.split()[1:])}"
                              for line in listed.splitlines() if line.split())

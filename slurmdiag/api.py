@@ -152,15 +152,15 @@ def collect_snapshot(
 def _quietly(work: Callable[[], object]) -> None:
     try:
         work()
-    except BaseException:  # noqa: BLE001 - redone on use, where a failure is reported
+    except Exception:  # noqa: BLE001, S110 - redone on use, where a failure is reported
         pass
 
 
 def _load_the_rest(report: bool) -> None:
     """What attach_job needs after the fan-out: imported (and the report compiled) during it."""
-    import slurmdiag.analysis  # noqa: F401
-    import slurmdiag.assemble  # noqa: F401
-    import slurmdiag.logs  # noqa: F401
+    import slurmdiag.analysis
+    import slurmdiag.assemble
+    import slurmdiag.logs
     import slurmdiag.report.terminal  # noqa: F401
 
     if report:

@@ -82,9 +82,10 @@ def collector_source() -> str:
 # the source hash and the interpreter's exact version: the first attach to a node compiles, the
 # later ones load; the one that compiles removes what other versions of the collector left for
 # the same interpreter (and their unfinished temporary files). Only the compressed source travels
-# (~30 KB): marshalled code would be twice that. Through srun the source travels in the environment (PAYLOAD_ENV; the argument is "-"):
-# Python decodes every byte of its argv at start-up (~1.5 ms a node for 30 KB) but keeps the
-# environment as bytes, read only when the cache misses. Both the loader and the collector use
+# (~30 KB): marshalled code would be twice that. Through srun the source travels in the
+# environment (PAYLOAD_ENV; the argument is "-"): Python decodes every byte of its argv at
+# start-up (~1.5 ms a node for 30 KB) but keeps the environment as bytes, read only when the
+# cache misses. Both the loader and the collector use
 # the posix module, not os: os.py imports _collections_abc, ~1 ms a node.
 COLLECTOR_LOADER = """\
 import sys,posix as os
