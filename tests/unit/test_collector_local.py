@@ -724,8 +724,8 @@ def test_backup_thread_emits_when_the_main_thread_cannot_take_the_alarm() -> Non
     # THEN the backup thread writes the partial document, a little after the alarm would have
     assert 1.2 < wall < 5.0
     assert doc["errors"] == [
-        "deadline reached (collector blocked in the kernel) during py-spy sampling; "
-        "document is partial"]
+        ("deadline reached (collector blocked in the kernel) during py-spy sampling; "
+         "document is partial")]
     assert doc["node"] == "n1" and doc["processes"] == []
 
 
