@@ -1013,6 +1013,8 @@ def _launcher(info, procs):
     pmi = env.get("PMI_RANK") or env.get("PMIX_RANK")
     if pmi is not None and pmi != procid:
         return "mpirun"
+    if info.get("step_id") == "batch":
+        return "batch"  # started by the batch script itself (python directly, a shell loop)
     if procid is not None:
         return "srun"
     return "unknown"

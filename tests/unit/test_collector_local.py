@@ -655,6 +655,30 @@ def test_classify_torchrun_agent_ranks_and_workers() -> None:
     assert collector._launcher(procs[12], procs) == "torchrun"
 
 
+def test_ranks_the_batch_script_started_itself_are_not_called_srun_ranks() -> None:
+    # GIVEN a batch script (step "batch") that starts three ranks from a shell loop, with RANK
+    # set by the loop, and an mpirun it started
+    slurm = {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}
+    procs = {
+        30: _info(30, 1, ["/bin/bash", "/var/spool/slurmd/job00007/slurm_script"], slurm,
+                  comm="bash"),
+        **{31 + i: _info(31 + i, 30, ["/usr/bin/python3", "train.py"],
+                         {**slurm, "RANK": str(i), "WORLD_SIZE": "3"}) for i in range(3)},
+        40: _info(40, 30, ["/usr/bin/python3", "mpi_train.py"],
+                  {**slurm, "OMPI_COMM_WORLD_RANK": "1"}),
+    }
+    for info in procs.values():
+        info["step_id"] = "batch"
+    collector.classify(procs)
+    # THEN they are ranks whose launcher is the batch script, not srun (whose task count would
+    # then be taken for the world size); mpirun stays mpirun
+    assert [procs[p]["role"] for p in (31, 32, 33)] == ["rank"] * 3
+    assert {collector._launcher(procs[p], procs) for p in (31, 32, 33)} == {"batch"}
+    assert collector._launcher(procs[40], procs) == "mpirun"
+    procs[31]["step_id"] = "0"  # the same process under srun
+    assert collector._launcher(procs[31], procs) == "srun"
+
+
 def test_classify_submitit_parent_that_started_ranks_is_an_agent() -> None:
     slurm = {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7", "SUBMITIT_FOLDER": "/x"}
     submit = ["/usr/bin/python3", "-u", "-m", "submitit.core._submit", "/x"]
