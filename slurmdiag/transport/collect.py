@@ -80,13 +80,14 @@ def collector_source() -> str:
 # host of an emulated cluster. So each node keeps the compiled code in a private directory
 # (mode 0700, owned by the user; checked before every use, else not used) under a name made of
 # the source hash and the interpreter's exact version: the first attach to a node compiles, the
-# later ones load; the one that compiles removes what other versions of the collector left for
-# the same interpreter (and their unfinished temporary files). Only the compressed source travels
+# later ones load; the one that compiles keeps the newest 4 files of the same interpreter, ours
+# included, and removes older versions' (and unfinished temporary files): a few versions used in
+# turn (a watchdog and a newer CLI) do not evict each other. Only the compressed source travels
 # (~30 KB): marshalled code would be twice that. Through srun the source travels in the
 # environment (PAYLOAD_ENV; the argument is "-"): Python decodes every byte of its argv at
 # start-up (~1.5 ms a node for 30 KB) but keeps the environment as bytes, read only when the
-# cache misses. Both the loader and the collector use
-# the posix module, not os: os.py imports _collections_abc, ~1 ms a node.
+# cache misses. Both the loader and the collector use the posix module, not os: os.py imports
+# _collections_abc, ~1 ms a node.
 COLLECTOR_LOADER = """\
 import sys,posix as os
 def j():
@@ -124,11 +125,14 @@ if c is None:
     q='%s.%d'%(p,os.getpid());f=os.open(q,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600)
     try:os.write(f,marshal.dumps(c))
     finally:os.close(f)
-    os.rename(q,p);t=p[len(d)+1:].partition('-')[2]
+    os.rename(q,p);t=p[len(d)+1:].partition('-')[2];o=[]
     for n in os.listdir(d):
-     if n.partition('.')[0].partition('-')[2]==t and d+'/'+n!=p:
-      try:os.unlink(d+'/'+n)
+     if n.partition('.')[0].partition('-')[2]==t:
+      try:o.append((os.stat(d+'/'+n).st_mtime,d+'/'+n))
       except OSError:pass
+    for m,n in sorted(o)[:-4]:
+     try:os.unlink(n)
+     except OSError:pass
   except OSError:pass
 exec(c,{'__name__':'__main__'})
 """

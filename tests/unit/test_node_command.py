@@ -13,6 +13,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,24 +73,29 @@ def test_first_run_compiles_and_caches_privately_then_later_runs_load_the_cache(
     assert done.stdout.strip() == "FROM-CACHE"
 
 
-def test_compiling_removes_what_other_collector_versions_left_for_this_interpreter(tmp_path):
-    # GIVEN a cache holding another collector version's code for this interpreter, its
-    # unfinished temporary file, and code for another interpreter
+def test_compiling_keeps_the_newest_versions_for_this_interpreter_only(tmp_path):
+    # GIVEN a cache holding five older collector versions' code for this interpreter (one a
+    # day apart), an unfinished temporary file of one, and code for another interpreter
     directory = tmp_path / f"slurmdiag-{os.getuid()}"
     directory.mkdir(mode=0o700)
     this_python = f"{sys.implementation.cache_tag}-{sys.hexversion:x}"
-    old = directory / f"{'0' * 20}-{this_python}"
-    old_tmp = directory / f"{'1' * 20}-{this_python}.4242"
+    now = time.time()
+    older = [directory / f"{i:020x}-{this_python}" for i in range(5)]
+    stale_tmp = directory / f"{'f' * 20}-{this_python}.4242"
     other_python = directory / f"{'0' * 20}-cpython-39-30912f0"
-    for path in (old, old_tmp, other_python):
+    for age, path in enumerate([*reversed(older), stale_tmp, other_python], start=1):
         path.write_bytes(b"stale")
+        os.utime(path, (now - age * 86400, now - age * 86400))
     # WHEN this version runs there for the first time, and again
     for _ in range(2):
         done, frames = run(loader_argv(tmp_path))
         assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
-    # THEN only this version's code remains for this interpreter; the other interpreter's stays
+    # THEN this interpreter keeps four files, this version's and the three newest older ones (a
+    # few versions used in turn do not evict each other); the rest, the unfinished temporary
+    # file included, is gone; the other interpreter's file stays
     assert {p.name for p in cache_files(tmp_path)} == {
-        f"{collector_payload()[0]}-{this_python}", other_python.name}
+        f"{collector_payload()[0]}-{this_python}", *(p.name for p in older[-3:]),
+        other_python.name}
 
 
 @pytest.mark.parametrize("mode", [0o755, 0o770, 0o701])
