@@ -710,6 +710,8 @@ def sibling_stepd_descendants(job_id, node, skip_step=None):
         if step == skip_step:
             continue
         seen_stepd = True
+        if step in claimed:
+            continue  # this node's stepd of that step is found: another node's (see _is_foreign)
         tasks = _children(stepd, main_only=True, counter=counter) or _children(stepd, counter=counter)
         if tasks is None:
             return None

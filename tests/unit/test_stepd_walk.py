@@ -155,6 +155,7 @@ def three_nodes(tmp_path, request):
             return json.loads(out.read_text())
 
         run_probe.foreign = foreign_pids
+        run_probe.foreign_stepd = foreign.pid
         run_probe.order = request.param
         yield run_probe, expected
     finally:
@@ -205,6 +206,10 @@ def test_a_stepd_of_a_step_this_node_already_has_is_not_read(three_nodes):
             assert read == set(), walk
         else:
             assert len(read) == 1, (walk, read)
+    # (nor, by the sibling walk, the list of its children)
+    listed = [p for p in result["sibling_reads"] if p.startswith(f"/proc/{run_probe.foreign_stepd}/")]
+    assert listed == [f"/proc/{run_probe.foreign_stepd}/cmdline"] if run_probe.order == "ours_first" \
+        else len(listed) > 1
 
 
 def test_sibling_walk_gives_way_when_the_jobs_threads_cost_more_than_proc(three_nodes):
