@@ -636,11 +636,9 @@ def _is_foreign(step, tasks, needle, claimed):
     """True for a stepd of another node sharing this host (multiple slurmd, the emulated cluster).
 
     A node runs one stepd per step: once a task's environment has named this node for ``step``,
-    another stepd of that step is another node's without reading it (``claimed`` holds those
-    steps). A stepd whose tasks name no node counts as ours and claims nothing.
+    it joins ``claimed``, and the walks skip the other stepds of that step unread. A stepd whose
+    tasks name no node counts as ours and claims nothing.
     """
-    if step in claimed:
-        return True
     whose = _stepd_node(tasks, needle)
     if whose == "ours":
         claimed.add(step)
@@ -775,6 +773,8 @@ def stepd_descendants(job_id, node, skip_step=None):
     found = {}
     claimed = set()
     for stepd, step in stepds.items():
+        if step in claimed:
+            continue  # this node's stepd of that step is found: another node's (see _is_foreign)
         tasks = children.get(stepd, ())
         if _is_foreign(step, tasks, needle, claimed):
             continue
