@@ -240,6 +240,39 @@ def test_pending_job_exits_4_naming_its_state(local_cluster):
         subprocess.run(["scancel", job], check=False)
 
 
+def test_ranks_the_batch_script_starts_itself_are_found_with_launcher_batch(local_cluster, tmp_path):
+    # GIVEN a job whose batch script starts two ranks from a shell loop (no srun, no launcher
+    # agent) and waits; each rank blocks in a read, as a hung collective does
+    ready = tmp_path / "ready"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "export WORLD_SIZE=2\n"
+        "for r in 0 1; do\n"
+        f"  RANK=$r {sys.executable} -I -S -c "
+        f"\"import os; open('{ready}' + os.environ['RANK'], 'w').close(); os.read(os.pipe()[0], 1)\" &\n"
+        "done\n"
+        "wait\n"
+    )
+    job = subprocess.run(["sbatch", "--parsable", "-N1", "-o", str(tmp_path / "out"), str(script)],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"ready{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline, (tmp_path / "out").read_text() if (tmp_path / "out").exists() else ""
+            time.sleep(0.2)
+        # WHEN slurmdiag attaches
+        snapshot, _ = collect_snapshot(job, samples=1, strace_s=0)
+        # THEN both are ranks of the batch step, with their RANK, launched by the batch script
+        # (not srun: the job's one task is not their world size); the shell is not a rank
+        ranks = {r.rank: r for _, r in snapshot.all_ranks()}
+        assert sorted(ranks) == [0, 1], [(r.rank, r.pid, r.cmdline) for _, r in snapshot.all_ranks()]
+        assert {(r.launcher, r.step_id, r.world_size) for r in ranks.values()} == {("batch", "batch", 2)}
+        assert all(r.samples and r.samples[0].threads for r in ranks.values())
+    finally:
+        subprocess.run(["scancel", job], check=False)
+
+
 def test_bad_job_id_is_a_usage_error():
     result = run_cli("attach", "12.batch")
     assert result.returncode == 2
