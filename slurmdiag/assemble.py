@@ -36,6 +36,10 @@ from slurmdiag.snapshot import (
 )
 from slurmdiag.transport.collect import NodeOutcome
 
+#: The node document's format (the collector's ``FORMAT``; docs/node-document.md). A collector
+#: of another slurmdiag version may write another layout: its fields must not be guessed at.
+NODE_DOCUMENT_FORMAT = 1
+
 
 def _int(value: Any) -> int | None:
     try:
@@ -250,6 +254,17 @@ def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
 def node_from_outcome(outcome: NodeOutcome) -> Node:
     """A node that answered becomes a full Node; one that did not keeps its status and reason."""
     if outcome.status == "ok" and outcome.document is not None:
+        found = outcome.document.get("format")
+        if found != NODE_DOCUMENT_FORMAT:
+            return Node(
+                name=outcome.name,
+                status="error",
+                message=(
+                    f"the collector wrote a node document of format {found!r}; this slurmdiag "
+                    f"reads format {NODE_DOCUMENT_FORMAT}: a collector of another version ran "
+                    "(clear the node cache, --node-cache '', or use one slurmdiag version)"
+                ),
+            )
         try:
             return node_from_document(outcome.name, outcome.document)
         except (KeyError, TypeError, ValueError, ParseError) as exc:

@@ -132,8 +132,36 @@ def test_failed_outcome_keeps_status_and_message():
 def test_broken_document_is_an_error_node_not_an_exception():
     from slurmdiag.transport.collect import NodeOutcome
 
-    node = node_from_outcome(NodeOutcome("n1", "ok", {"processes": [{"role": "rank"}]}))
+    node = node_from_outcome(
+        NodeOutcome("n1", "ok", {"format": 1, "processes": [{"role": "rank"}]}))
     assert node.status == "error" and "could not be read" in node.message
+
+
+def test_document_of_another_format_is_refused_with_the_reason():
+    from slurmdiag.transport.collect import NodeOutcome
+
+    # GIVEN a real document as a collector of another format version would label it
+    document = dict(REAL_DOC, format=2)
+    # WHEN it is assembled
+    node = node_from_outcome(NodeOutcome("n1", "ok", document))
+    # THEN the node is an error that names both formats, and nothing of it is guessed at
+    assert node.status == "error" and not node.ranks
+    assert "format 2" in node.message and "reads format 1" in node.message
+    # AND the same document with the right format assembles
+    assert node_from_outcome(NodeOutcome("n1", "ok", dict(REAL_DOC, format=1))).status == "ok"
+
+
+def test_controller_reads_the_format_the_collector_writes():
+    import ast
+
+    from slurmdiag.assemble import NODE_DOCUMENT_FORMAT
+
+    # The collector is stdlib-only and never imported by the controller: read its constant.
+    source = (Path(collect.__file__).parent.parent / "collector" / "node.py").read_text()
+    values = [node.value.value for node in ast.parse(source).body
+              if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+              and any(isinstance(t, ast.Name) and t.id == "FORMAT" for t in node.targets)]
+    assert values == [NODE_DOCUMENT_FORMAT]
 
 
 def test_flight_recorder_section_collects_dumps_and_missing_ranks():
