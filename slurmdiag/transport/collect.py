@@ -329,17 +329,24 @@ def outcomes_from_output(
     return out
 
 
-# Variables that would steer `srun --jobid` when slurmdiag itself runs inside an allocation
-# (an salloc shell, a scrontab job): the step must take its shape from our flags only.
-_KEEP_SLURM_VARS = {"SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT"}
+# The step's environment is an ALLOWLIST: srun passes its whole environment to every node's task,
+# and the controller's may hold secrets (a webhook URL, tokens). Only what srun, the node's Python
+# and its tools need: the search path, the user and locale, the Slurm client's configuration (not
+# the SLURM_* variables of an allocation slurmdiag itself runs in: they would shape the step), and
+# the nvidia-smi stand-in's fixture directory of the test suite.
+SRUN_ENV_NAMES = frozenset([
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT", "SLURMDIAG_FAKE_NVSMI_DIR",
+])
+SRUN_ENV_PREFIXES = ("LC_",)
 
 
 def srun_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The controller's environment without the job-shaping SLURM_* variables."""
+    """The part of the controller's environment srun and the collector need (an allowlist)."""
     return {
         key: value
         for key, value in environ.items()
-        if not (key.startswith(("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")) and key not in _KEEP_SLURM_VARS)
+        if key in SRUN_ENV_NAMES or key.startswith(SRUN_ENV_PREFIXES)
     }
 
 
