@@ -62,6 +62,7 @@ class FanoutResult:
     duration_s: float = 0.0
     transport: str = "srun"
     warnings: list[str] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C/SIGTERM: what the nodes sent until then
 
 
 @functools.lru_cache(maxsize=1)
@@ -430,7 +431,12 @@ def fan_out_srun(
     )
     out = outcomes_from_output(nodes, result, "srun")
     timed_out = result.timed_out
-    missing = nodes_without_system_python(nodes, out, result.stderr) if direct else []
+    if result.interrupted:
+        out.interrupted = True
+        out.warnings.append("interrupted: the snapshot holds what the nodes sent until then")
+        timed_out = True  # the step may outlive srun: cancel it
+    missing = (nodes_without_system_python(nodes, out, result.stderr)
+               if direct and not result.interrupted else [])
     left = options.timeout_s - (time.monotonic() - start)
     if missing and left >= MIN_RETRY_S:
         again = runner(
@@ -442,7 +448,8 @@ def fan_out_srun(
         retried = outcomes_from_output(missing, again, "srun")
         out.nodes.update(retried.nodes)
         out.warnings.extend(retried.warnings)
-        timed_out = timed_out or again.timed_out
+        timed_out = timed_out or again.timed_out or again.interrupted
+        out.interrupted = again.interrupted
     if timed_out:
         leftovers = cancel_leftover_steps(het_group[0] if het_group else job_id, runner)
         if leftovers:
