@@ -40,7 +40,9 @@ SOURCE_ENV = b"SLURMDIAG_COLLECTOR_SOURCE"
 # The sibling walk (sibling_stepd_descendants) compares its cost with a /proc walk's past this.
 CHILDREN_READS_BEFORE_BUDGET = 256
 # Their handlers emit the document and exit (see main).
-HANDLED_SIGNALS = (_signal.SIGALRM, _signal.SIGTERM, _signal.SIGHUP)
+# SIGUSR1: what an interrupted controller sends through srun, which forwards it to the tasks
+# (SIGTERM or SIGHUP would make srun kill the step before the collectors could answer).
+HANDLED_SIGNALS = (_signal.SIGALRM, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR1)
 
 SKIP_COMMS = frozenset(
     [
@@ -2390,7 +2392,7 @@ def main(argv):
         os._exit(0)
 
     _signal.signal(_signal.SIGALRM, lambda signum, frame: emit_partial("deadline reached"))
-    for sig in (_signal.SIGTERM, _signal.SIGHUP):
+    for sig in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR1):
         _signal.signal(sig, lambda signum, frame: emit_partial(f"signal {signum} received"))
     # The watchdog: SIGALRM shortly before the deadline if the document is not out by then.
     margin = clock.deadline - WATCHDOG_MARGIN_S - time.monotonic()

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import zlib
@@ -428,6 +429,7 @@ def fan_out_srun(
         options.timeout_s,
         env=node_environment(os.environ),
         on_stdout_line=on_line,
+        interrupt_signal=signal.SIGUSR1,  # srun forwards it: the collectors send what they have
     )
     out = outcomes_from_output(nodes, result, "srun")
     timed_out = result.timed_out
@@ -444,6 +446,7 @@ def fan_out_srun(
             left,
             env=node_environment(os.environ),
             on_stdout_line=on_line,
+            interrupt_signal=signal.SIGUSR1,
         )
         retried = outcomes_from_output(missing, again, "srun")
         out.nodes.update(retried.nodes)

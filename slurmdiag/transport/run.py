@@ -81,6 +81,8 @@ def run_command(
     input: str | None = None,
     on_stdout_line: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    interrupt_signal: int | None = None,
+    interrupt_grace_s: float = 3.0,
 ) -> CommandResult:
     """Run argv to completion or until ``timeout`` seconds, never raising for the child's failures.
 
@@ -89,9 +91,11 @@ def run_command(
     has answered and only srun's own shutdown is left).
 
     A KeyboardInterrupt (Ctrl-C; the CLI turns SIGTERM into one) while the command runs ends its
-    process group like a timeout (srun then ends its step, whose tasks send what they have) and
-    returns what came until then with ``interrupted`` set: the caller decides what to keep.
-    The child runs in its own session, so nothing else would ever stop it.
+    process group like a timeout and returns what came until then with ``interrupted`` set: the
+    caller decides what to keep. The child runs in its own session, so nothing else would ever
+    stop it. ``interrupt_signal`` is sent first, and the output read for ``interrupt_grace_s``
+    more: srun forwards SIGUSR1 to its tasks (the collectors then send their partial documents)
+    where SIGTERM would make it kill the step at once.
     """
     start = time.monotonic()
     try:
@@ -148,6 +152,13 @@ def run_command(
     except KeyboardInterrupt:
         interrupted = True
     sel.close()
+    if interrupted and interrupt_signal is not None and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, interrupt_signal)
+            _drain(sel_streams=[proc.stdout, proc.stderr], sinks={proc.stdout: out, proc.stderr: err},
+                   limit_s=interrupt_grace_s)
+        except (ProcessLookupError, KeyboardInterrupt):
+            pass  # gone already, or a second Ctrl-C: end it now
     if open_streams or proc.poll() is None:
         if open_streams == 0 and not interrupted:
             # Streams closed but the process lingers: give it the rest of the time budget.
