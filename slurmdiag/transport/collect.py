@@ -286,6 +286,11 @@ _REFUSED_MARKERS = (
 )
 
 
+def _srun_line(line: str) -> str:
+    """An srun stderr line without its own ``srun: `` prefix (the message adds one)."""
+    return line.strip().removeprefix("srun: ")[:300]
+
+
 def outcomes_from_output(
     nodes: Sequence[str], result: CommandResult, transport_name: str
 ) -> FanoutResult:
@@ -315,9 +320,9 @@ def outcomes_from_output(
         else:
             status, message = "unreachable", "the collector did not run on this node"
         if node_errors:
-            message += f"; srun: {node_errors[-1].strip()[:300]}"
+            message += f"; srun: {_srun_line(node_errors[-1])}"
         elif refused:
-            message += f"; srun: {refused[-1].strip()[:300]}"
+            message += f"; srun: {_srun_line(refused[-1])}"
         out.nodes[name] = NodeOutcome(name, status, None, message)
     if refused:
         out.warnings.append(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from support.users import other_user
+from support.webhook import WebhookServer
 
 from slurmdiag.api import collect_snapshot
 from slurmdiag.assemble import node_from_outcome
@@ -249,8 +250,8 @@ def test_job_that_ends_during_attach(light_job, tmp_path):
          "--interval", "1", "--strace", "2", "--timeout", "30", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        wait_for(lambda: any(c == "py-spy" for _, c in processes_of_step(light_job.job_id)),
-                 40, "py-spy under the collector")
+        wait_for(lambda: processes_of_step(light_job.job_id), 40, "the collectors")
+        time.sleep(1.2)  # in the middle of the sampling
         # WHEN the job is cancelled under it
         light_job.cancel()
         _, stderr = attach.communicate(timeout=60)
@@ -309,7 +310,90 @@ def test_srun_refused_for_a_job_of_another_user(light_job, tmp_path):
         assert "Traceback" not in done.stderr and "hint:" in done.stderr
         snapshot = json.loads((out / "d" / "snapshot.json").read_text())
         assert {n["status"] for n in snapshot["nodes"]} == {"unreachable"}
-        assert all("srun:" in n["message"] for n in snapshot["nodes"]), snapshot["nodes"]
+        assert all("; srun: error: Unable to create step" in n["message"]
+                   for n in snapshot["nodes"]), snapshot["nodes"]
         assert "refused" in done.stderr or "denied" in done.stderr.lower()
     finally:
         subprocess.run(["rm", "-rf", str(out)], check=False)
+
+
+def test_srun_delayed_past_the_deadline(light_job):
+    # GIVEN the slurmd of the job's second node stopped (alive, not answering): srun waits there
+    node = light_job.nodes()[1]
+    slurmd = int((Path(os.environ.get("SLURMDIAG_CLUSTER_DIR", "/tmp/slurmdiag-cluster"))
+                  / "run" / f"slurmd-{node}.pid").read_text())
+    os.kill(slurmd, signal.SIGSTOP)
+    try:
+        # WHEN attached with a 8 s deadline
+        start = time.monotonic()
+        snapshot, _ = collect_snapshot(light_job.job_id, samples=1, strace_s=0, timeout_s=8)
+        elapsed = time.monotonic() - start
+    finally:
+        os.kill(slurmd, signal.SIGCONT)
+    # THEN the deadline held, the late node is named with a reason, the other one is complete
+    assert elapsed < 8 + 6
+    by_name = {n.name: n for n in snapshot.nodes}
+    assert by_name[node].status in ("timeout", "unreachable") and by_name[node].message
+    others = [n for n in snapshot.nodes if n.name != node]
+    assert [n.status for n in others] == ["ok"] and others[0].ranks
+    # AND the step is cancelled once slurmd answers again
+    wait_for(lambda: STEP not in steps_of(light_job.job_id), 20, "the leftover step to go")
+
+
+# ---------------------------------------------------------------- the watchdog killed mid-pass
+
+def _watch_config(tmp_path: Path, webhook_url: str) -> Path:
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir(exist_ok=True)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        "[watch]\n"
+        'stale_after = "0s"\nmin_runtime = "0s"\n'
+        f'report_dir = "{report_dir}"\n'
+        'job_name_patterns = ["slurmdiag-rank_gated_collective"]\n'
+        'confirm_samples = 2\nconfirm_interval = "0.5s"\nattach_timeout = "30s"\n'
+        "[notify]\n"
+        f'kind = "webhook"\nwebhook_url = "{webhook_url}"\ntimeout = "20s"\nretries = 0\n'
+    )
+    return config
+
+
+def _watch(config: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "slurmdiag.cli", "watch", "--once",
+                             "--config", str(config)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    _, stderr = proc.communicate(timeout=240)
+    return proc.returncode, stderr
+
+
+@pytest.mark.parametrize("when", ["attach", "post"])
+def test_watchdog_killed_mid_pass_neither_loses_nor_doubles_the_alert(scenario_run, tmp_path,
+                                                                      when):
+    # GIVEN a hung job and a real webhook receiver that holds its answer back 8 s
+    hung = scenario_run("rank_gated_collective")
+    with WebhookServer(delay_s=8.0) as hook:
+        config = _watch_config(tmp_path, hook.url)
+        check = subprocess.run([sys.executable, "-m", "slurmdiag.cli", "config", "check",
+                                str(config)], capture_output=True, text=True, cwd=REPO, check=False)
+        assert check.returncode == 0, check.stdout + check.stderr
+        watch = _watch(config)
+        # WHEN the watchdog is SIGKILLed during the attach (its step is in the job) or while
+        # its post is in flight (the receiver got it, no answer yet)
+        if when == "attach":
+            wait_for(lambda: STEP in steps_of(hung.job_id), 120, "the watchdog's step")
+        else:
+            wait_for(lambda: hook.requests, 180, "the watchdog's post")
+        watch.kill()
+        watch.wait()
+        assert len(hook.requests) == (0 if when == "attach" else 1)
+        # AND the watchdog runs again, twice, with a prompt receiver
+        hook.delay_s = 0.0
+        for _ in range(2):
+            code, stderr = _finish(_watch(config))
+            assert code == 1, stderr
+    # THEN the alert reached the receiver exactly once
+    assert len(hook.requests) == 1, [r["body"]["job"]["id"] for r in hook.requests]
+    assert hook.requests[0]["body"]["job"]["id"] == hung.job_id
