@@ -397,3 +397,33 @@ def test_watchdog_killed_mid_pass_neither_loses_nor_doubles_the_alert(scenario_r
     # THEN the alert reached the receiver exactly once
     assert len(hook.requests) == 1, [r["body"]["job"]["id"] for r in hook.requests]
     assert hook.requests[0]["body"]["job"]["id"] == hung.job_id
+    # AND no step of ours is left in the job (the killed run's ended at its collectors' deadline)
+    wait_for(lambda: STEP not in steps_of(hung.job_id), 40, "no step left")
+
+
+@pytest.mark.parametrize("tool", ["py-spy", "strace"])
+def test_a_tool_killed_at_any_moment_never_leaves_the_rank_stopped(tool):
+    # GIVEN a busy Python process (a rank), and the collector's own command of the tool
+    rank = subprocess.Popen([sys.executable, "-c",
+                             "import time\nwhile True: sum(range(1000)); time.sleep(0.001)"])
+    argv = ([str(PY_SPY), "dump", "--json", "--pid", str(rank.pid)] if tool == "py-spy"
+            else ["strace", "-c", "-f", "-p", str(rank.pid)])
+    stopped = []
+    try:
+        time.sleep(0.3)
+        # WHEN the tool is SIGKILLed (as the collector ends its tools on a signal or deadline)
+        # 0 to 40 ms after it started, 80 times: before, during and after its ptrace attach
+        for i in range(80):
+            tool_proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep((i % 40) * 0.001)
+            tool_proc.kill()
+            tool_proc.wait()
+            time.sleep(0.005)
+            if proc_state(rank.pid) in ("T", "t"):
+                stopped.append(i)
+                os.kill(rank.pid, signal.SIGCONT)
+    finally:
+        rank.kill()
+        rank.wait()
+    # THEN the rank was never left stopped
+    assert stopped == []
