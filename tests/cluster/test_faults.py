@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from support.users import other_user
 from support.webhook import WebhookServer
+from test_watch import write_config
 
 from slurmdiag.api import collect_snapshot
 from slurmdiag.assemble import node_from_outcome
@@ -126,6 +127,14 @@ def wait_for(condition, timeout: float, what: str):
     pytest.fail(f"timed out waiting for {what}")
 
 
+def start_attach(job: LightJob, out: Path, strace_s: float) -> subprocess.Popen:
+    """`slurmdiag attach` in the background: 3 samples 1 s apart, then strace."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "slurmdiag.cli", "attach", job.job_id, "--samples", "3",
+         "--interval", "1", "--strace", str(strace_s), "--timeout", "40", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
 def wrapper(path: Path, body: str) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("#!/bin/sh\n" + body)
@@ -183,10 +192,7 @@ def test_rank_secrets_are_masked_on_the_node(local_cluster, tmp_path):
 def test_interrupted_attach_keeps_what_came_and_leaves_nothing(light_job, tmp_path, sig, during):
     # GIVEN an attach running, caught while strace holds the ranks, or while py-spy samples them
     out = tmp_path / "out"
-    attach = subprocess.Popen(
-        [sys.executable, "-m", "slurmdiag.cli", "attach", light_job.job_id, "--samples", "3",
-         "--interval", "1", "--strace", "5", "--timeout", "40", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    attach = start_attach(light_job, out, strace_s=5)
     try:
         if during == "strace":
             wait_for(lambda: any(c == "strace" for _, c in processes_of_step(light_job.job_id)),
@@ -245,10 +251,7 @@ def test_rank_that_exits_between_listing_and_dumping(light_job, tmp_path):
 def test_job_that_ends_during_attach(light_job, tmp_path):
     # GIVEN an attach running
     out = tmp_path / "out"
-    attach = subprocess.Popen(
-        [sys.executable, "-m", "slurmdiag.cli", "attach", light_job.job_id, "--samples", "3",
-         "--interval", "1", "--strace", "2", "--timeout", "30", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    attach = start_attach(light_job, out, strace_s=2)
     try:
         wait_for(lambda: processes_of_step(light_job.job_id), 40, "the collectors")
         time.sleep(1.2)  # in the middle of the sampling
@@ -317,45 +320,13 @@ def test_srun_refused_for_a_job_of_another_user(light_job, tmp_path):
         subprocess.run(["rm", "-rf", str(out)], check=False)
 
 
-def test_srun_delayed_past_the_deadline(light_job):
-    # GIVEN the slurmd of the job's second node stopped (alive, not answering): srun waits there
-    node = light_job.nodes()[1]
-    slurmd = int((Path(os.environ.get("SLURMDIAG_CLUSTER_DIR", "/tmp/slurmdiag-cluster"))
-                  / "run" / f"slurmd-{node}.pid").read_text())
-    os.kill(slurmd, signal.SIGSTOP)
-    try:
-        # WHEN attached with a 8 s deadline
-        start = time.monotonic()
-        snapshot, _ = collect_snapshot(light_job.job_id, samples=1, strace_s=0, timeout_s=8)
-        elapsed = time.monotonic() - start
-    finally:
-        os.kill(slurmd, signal.SIGCONT)
-    # THEN the deadline held, the late node is named with a reason, the other one is complete
-    assert elapsed < 8 + 6
-    by_name = {n.name: n for n in snapshot.nodes}
-    assert by_name[node].status in ("timeout", "unreachable") and by_name[node].message
-    others = [n for n in snapshot.nodes if n.name != node]
-    assert [n.status for n in others] == ["ok"] and others[0].ranks
-    # AND the step is cancelled once slurmd answers again
-    wait_for(lambda: STEP not in steps_of(light_job.job_id), 20, "the leftover step to go")
-
-
 # ---------------------------------------------------------------- the watchdog killed mid-pass
 
 def _watch_config(tmp_path: Path, webhook_url: str) -> Path:
     report_dir = tmp_path / "reports"
     report_dir.mkdir(exist_ok=True)
-    config = tmp_path / "config.toml"
-    config.write_text(
-        "[watch]\n"
-        'stale_after = "0s"\nmin_runtime = "0s"\n'
-        f'report_dir = "{report_dir}"\n'
-        'job_name_patterns = ["slurmdiag-rank_gated_collective"]\n'
-        'confirm_samples = 2\nconfirm_interval = "0.5s"\nattach_timeout = "30s"\n'
-        "[notify]\n"
-        f'kind = "webhook"\nwebhook_url = "{webhook_url}"\ntimeout = "20s"\nretries = 0\n'
-    )
-    return config
+    return write_config(tmp_path / "config.toml", report_dir, "http://127.0.0.1:9/reports",
+                        webhook_url)
 
 
 def _watch(config: Path) -> subprocess.Popen:
