@@ -196,6 +196,7 @@ def _run_attach(args: argparse.Namespace) -> int:
             print(f"report:   {snapshot.report}", file=sys.stderr)
     if snapshot.options.get("interrupted"):
         print("error: interrupted; what the nodes sent until then was kept", file=sys.stderr)
+        print("hint: attach again for a complete snapshot", file=sys.stderr)
         return 130
     if snapshot.nodes and all(node.status != "ok" for node in snapshot.nodes):
         # Written and shown above (each node's reason is data), yet nothing was collected.

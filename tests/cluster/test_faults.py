@@ -208,7 +208,7 @@ def test_interrupted_attach_keeps_what_came_and_leaves_nothing(light_job, tmp_pa
             attach.kill()
     # THEN it stops at once with exit 130 and one line saying so, no traceback
     assert attach.returncode == 130, stderr
-    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert "error: interrupted" in stderr and "hint:" in stderr and "Traceback" not in stderr
     # AND the snapshot holds what the nodes sent (their partial documents), marked interrupted
     snapshot = json.loads((out / "snapshot.json").read_text())
     assert snapshot["options"]["interrupted"] is True
