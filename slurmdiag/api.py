@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError, UsageError
-from slurmdiag.slurm.discover import discover_job, job_ref_from_user
+from slurmdiag.slurm.discover import check_caller_may_attach, discover_job, job_ref_from_user
 from slurmdiag.transport.collect import (
     DEFAULT_NODE_CACHE,
     CollectOptions,
@@ -91,6 +91,10 @@ def collect_snapshot(
     started = _dt.datetime.now(_dt.timezone.utc)
     ref = job_ref_from_user(str(job_id))
     slurm_job = discover_job(ref, run_command)
+    check_caller_may_attach(
+        slurm_job, ref, run_command, transport=transport,
+        ssh_user=(ssh_options or {}).get("user"),
+    )
     options = CollectOptions(
         samples=samples,
         interval_s=interval,

@@ -8,7 +8,10 @@ Exit codes (every command):
     5   Slurm unavailable        6   transport failed on every node
     7   configuration error      8   optional dependency missing
     9   unreadable input         10  any other failure of slurmdiag itself
+    11  not permitted (another user's job)
     130 interrupted (Ctrl-C)
+watch --check-heartbeat has the monitoring-plugin codes instead: 0 OK, 1 WARNING, 2 CRITICAL,
+3 UNKNOWN (a usage error there is 3).
 """
 
 from __future__ import annotations
@@ -39,10 +42,17 @@ def _positive_int(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
+    """A time option in seconds: ``30``, or with a unit (``30s``, ``2m``, ``1h``).
+
+    A bare number is seconds here, as each option's help says (Slurm would read minutes)."""
+    from slurmdiag.config import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds (e.g. 30, 30s or 2m)"
+        ) from None
 
 
 def _file_mode(text: str) -> int:
@@ -61,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Diagnose a hung multi-node PyTorch job on Slurm: which rank, where, why.",
         epilog="Exit codes: 0 ok, 1 stuck jobs found (watch), 2 usage, 3 job not found, "
         "4 job not running, 5 Slurm unavailable, 6 transport failed, 7 config, "
-        "8 missing extra, 9 unreadable input, 10 internal.",
+        "8 missing extra, 9 unreadable input, 10 internal, 11 not permitted "
+        "(watch --check-heartbeat: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).",
     )
     parser.add_argument("--version", action="version", version=f"slurmdiag {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -210,14 +221,19 @@ def _run_report(args: argparse.Namespace) -> int:
     from slurmdiag.snapshot import Snapshot
 
     source = Path(args.snapshot)
+    # Exit 9 (unreadable input) for a missing file too, as for one that is not a snapshot.
+    hint = "give the snapshot.json that 'slurmdiag attach' wrote (or its --json output)"
     try:
         text = source.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {source}: {exc.strerror}", hint="give a snapshot.json path")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+        raise ParseError(f"cannot read {source}: {reason}", hint=hint) from None
     try:
         snapshot = Snapshot.from_json(text)
     except ParseError as exc:
-        raise ParseError(f"{source}: {exc.message}", hint=exc.hint) from None
+        # Input that is not a snapshot is the user's to fix, not a bug to report.
+        better = hint if exc.hint == ParseError.default_hint else exc.hint
+        raise ParseError(f"{source}: {exc.message}", hint=better) from None
     output = Path(args.output) if args.output else source.with_name("report.html")
     try:
         written = write_snapshot_report(snapshot, output, mode=args.file_mode)
@@ -228,10 +244,18 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+HEARTBEAT_UNKNOWN = 3  # watch --check-heartbeat: the monitoring-plugin code for "cannot tell"
+
+
+def _is_heartbeat_check(argv: Sequence[str]) -> bool:
+    return any(a == "--check-heartbeat" or a.startswith("--check-heartbeat=") for a in argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
@@ -244,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"hint: {exc.hint}", file=sys.stderr)
+        if isinstance(exc, UsageError) and _is_heartbeat_check(argv):
+            return HEARTBEAT_UNKNOWN  # a monitoring plugin's bad command line is UNKNOWN, not 2
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -14,17 +14,21 @@ from typing import Any
 
 from slurmdiag.config import (
     ConfigProblem,
+    bare_number,
+    bare_number_note,
     check_config,
     find_config_path,
     load_settings,
     parse_duration,
 )
-from slurmdiag.errors import ConfigError, UsageError
+from slurmdiag.errors import ConfigError, SlurmdiagError, UsageError
 
 WATCH_EPILOG = """\
 exit codes: 0 nothing stuck (or another run holds the lock), 1 stuck jobs found,
 >= 2 the watchdog failed (5 Slurm unavailable, 7 configuration, 10 internal).
---check-heartbeat: 0 fresh, 1 stale, 2 missing or unreadable.
+--check-heartbeat (monitoring-plugin convention, one status line on stdout):
+0 OK fresh, 1 WARNING fresh but the last pass had errors or undelivered alerts,
+2 CRITICAL stale or missing, 3 UNKNOWN unreadable heartbeat or a bad command line/config.
 Schedule it with cron, scrontab or a systemd timer: see deploy/ and docs/watch.md."""
 
 
@@ -47,7 +51,7 @@ def add_watch_arguments(subparsers: Any) -> argparse.ArgumentParser:
     watch.add_argument(
         "--check-heartbeat",
         metavar="MAXAGE",
-        help="dead-man switch: exit 0 if the last good run is younger than MAXAGE (e.g. 20m)",
+        help="dead-man switch: exit 0 if the last good run is younger than MAXAGE",
     )
     watch.add_argument("--report-dir", metavar="DIR", help="overrides watch.report_dir")
     watch.add_argument("--state-db", metavar="FILE", help="overrides watch.state_db")
@@ -91,19 +95,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_watch_command(args: argparse.Namespace) -> int:
     """``slurmdiag watch --once`` / ``--check-heartbeat MAXAGE``; returns the exit code."""
-    from slurmdiag.watch.watchdog import Watchdog, heartbeat_status
+    from slurmdiag.watch.watchdog import Watchdog
 
-    settings = load_settings(args.config, overrides=_overrides(args))
     if args.check_heartbeat is not None:
-        try:
-            max_age = parse_duration(args.check_heartbeat)
-        except ValueError as exc:
-            raise UsageError(
-                f"--check-heartbeat: {exc}", hint="e.g. --check-heartbeat 20m"
-            ) from None
-        code, message = heartbeat_status(settings.watch.heartbeat_file, max_age)
-        _err(f"watch: {message}")
-        return code
+        return _check_heartbeat(args)
+    settings = load_settings(args.config, overrides=_overrides(args))
+    for warning in settings.warnings:
+        _err(f"warning: {warning}")
     if not args.once:
         raise UsageError(
             "watch runs one pass per call: add --once",
@@ -120,6 +118,28 @@ def run_watch_command(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
     return result.exit_code
+
+
+def _check_heartbeat(args: argparse.Namespace) -> int:
+    """The dead-man switch as a monitoring plugin: one status line on stdout, exit 0/1/2/3.
+
+    Every problem of the check itself (a bad MAXAGE, an invalid config) is UNKNOWN (3), never
+    CRITICAL (2), so a typo does not page anyone as a dead watchdog would."""
+    from slurmdiag.watch.watchdog import HEARTBEAT_LABELS, HEARTBEAT_UNKNOWN, heartbeat_status
+
+    try:
+        max_age = parse_duration(args.check_heartbeat)
+        settings = load_settings(args.config, overrides=_overrides(args))
+    except ValueError as exc:
+        code, message = HEARTBEAT_UNKNOWN, f"--check-heartbeat: {exc}"
+    except SlurmdiagError as exc:
+        code, message = HEARTBEAT_UNKNOWN, " ".join(exc.message.split())
+    else:
+        if bare_number(args.check_heartbeat):
+            _err(f"warning: --check-heartbeat {bare_number_note(args.check_heartbeat)}")
+        code, message = heartbeat_status(settings.watch.heartbeat_file, max_age)
+    print(f"SLURMDIAG WATCH {HEARTBEAT_LABELS[code]} - {message}")
+    return code
 
 
 def run_config_command(args: argparse.Namespace) -> int:

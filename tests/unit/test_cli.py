@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from slurmdiag import __version__
 from slurmdiag.cli import main
+from slurmdiag.slurm.discover import NO_CONFIG_HINT
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "snapshots" / "synthetic_rank_gated.json"
 
@@ -29,17 +31,20 @@ def test_version_and_help():
 
 
 @pytest.mark.parametrize("args, code, words", [
-    (["attach", "12.batch"], 2, "invalid job id"),
+    (["attach", "12.batch"], 2, "step batch of job 12"),
+    (["attach", "123.0"], 2, "slurmdiag attach 123"),
+    (["attach", "1", "--timeout", "abc"], 2, "'abc' is not a number of seconds"),
     (["attach"], 2, "job_id"),
     (["nonsense"], 2, "invalid choice"),
     (["attach", "1", "--samples", "0"], 2, "at least 1"),
-    (["report", "/nonexistent/snapshot.json"], 2, "cannot read"),
+    (["report", "/nonexistent/snapshot.json"], 9, "cannot read"),
 ])
 def test_usage_errors_exit_2_with_a_hint(args, code, words, capsys):
     assert main(args) == code
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and "hint: " in err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "_seconds" not in err
+    assert len(err.splitlines()) == 2
 
 
 def test_report_rerenders_a_saved_snapshot(tmp_path):
@@ -67,6 +72,7 @@ def test_unreadable_snapshot_exits_9(tmp_path):
     result = run("report", str(bad))
     assert result.returncode == 9
     assert result.stderr.startswith(f"error: {bad}: not a slurmdiag snapshot")
+    assert "please report" not in result.stderr and "slurmdiag attach" in result.stderr
     newer = tmp_path / "n.json"
     newer.write_text('{"schema": 99, "job": {"id": "1", "state": "RUNNING"}}')
     result = run("report", str(newer))
@@ -79,3 +85,53 @@ def test_without_slurm_tools_attach_exits_5(tmp_path):
     result = run("attach", "123", env=env)
     assert result.returncode == 5
     assert "scontrol" in result.stderr and "hint:" in result.stderr
+
+
+def test_time_options_take_units_and_bare_seconds():
+    from slurmdiag.cli import build_parser
+
+    args = build_parser().parse_args(["attach", "1", "--timeout", "2m", "--interval", "0.5"])
+    assert (args.timeout, args.interval) == (120.0, 0.5)
+
+
+@pytest.mark.parametrize("argv", [["--check-heartbeat"], ["--check-heartbeat", "20m", "--bogus"]])
+def test_heartbeat_check_bad_command_line_is_unknown_not_critical(argv, capsys):
+    # GIVEN a monitoring system calling the dead-man switch with a broken command line
+    # THEN exit 3 (UNKNOWN), never 2, which means CRITICAL to it
+    assert main(["watch", *argv]) == 3
+
+
+needs_slurm_client = pytest.mark.skipif(
+    not shutil.which("scontrol") or Path("/etc/slurm/slurm.conf").exists(),
+    reason="needs the Slurm client tools on a host without a system slurm.conf",
+)
+
+
+@needs_slurm_client
+def test_no_slurm_config_attach_is_one_error_line_from_the_real_scontrol(tmp_path):
+    # GIVEN the real scontrol without SLURM_CONF (this host has no Slurm DNS records)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    result = run("attach", "123", env=env)
+    # THEN exit 5 and exactly: the fatal line, then the hint
+    assert result.returncode == 5
+    assert result.stderr.splitlines() == [
+        "error: scontrol: Could not establish a configuration source",
+        "hint: " + NO_CONFIG_HINT,
+    ]
+
+
+@needs_slurm_client
+def test_no_slurm_watch_once_prints_the_error_once(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    env["SLURMDIAG_CONFIG"] = str(tmp_path / "none.toml")
+    (tmp_path / "none.toml").write_text(f'[watch]\nreport_dir = "{tmp_path}"\n')
+    result = run("watch", "--once", env=env)
+    assert result.returncode == 5
+    assert result.stderr.count("Could not establish a configuration source") == 1, result.stderr
+
+
+def test_slurm_conf_naming_no_file_exits_5_at_once(tmp_path):
+    env = dict(os.environ, SLURM_CONF=str(tmp_path / "nope.conf"))
+    result = run("attach", "123", env=env)
+    assert result.returncode == 5 and "is not a file" in result.stderr
+    assert result.stderr.count("\n") == 2
