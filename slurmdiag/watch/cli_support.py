@@ -61,6 +61,12 @@ def add_watch_arguments(subparsers: Any) -> argparse.ArgumentParser:
         "--no-notify", action="store_true", help="find and write reports, but post nothing"
     )
     watch.add_argument("--json", action="store_true", help="print the run's result as JSON")
+    watch.add_argument(
+        "--test-notify",
+        action="store_true",
+        help="post a clearly marked TEST alert through the configured webhook and exit "
+        "(0 delivered, 6 not delivered, 7 no webhook configured)",
+    )
     watch.set_defaults(handler=run_watch_command)
     return watch
 
@@ -102,6 +108,8 @@ def run_watch_command(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, overrides=_overrides(args))
     for warning in settings.warnings:
         _err(f"warning: {warning}")
+    if args.test_notify:
+        return _test_notify(settings)
     if not args.once:
         raise UsageError(
             "watch runs one pass per call: add --once",
@@ -118,6 +126,53 @@ def run_watch_command(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
     return result.exit_code
+
+
+TEST_JOB_NAME = "TEST MESSAGE from slurmdiag watch --test-notify"
+
+
+def test_alert(cluster: str | None) -> Any:
+    """An alert laid out as a real stuck-job alert, marked as a test in its name and verdict."""
+    from slurmdiag.snapshot import Verdict
+    from slurmdiag.watch.notify import Alert
+
+    return Alert(
+        event="stuck",
+        job_id="TEST",
+        job_name=TEST_JOB_NAME,
+        user=None,
+        cluster=cluster,
+        verdicts=(
+            Verdict(
+                kind="test_message",
+                severity="info",
+                summary="TEST: this is how a stuck-job alert will look in this channel. "
+                "No job is stuck; nothing needs doing.",
+            ),
+        ),
+        reason="test",
+    )
+
+
+def _test_notify(settings: Any) -> int:
+    """``watch --test-notify``: one post through the configured webhook, its outcome on stderr."""
+    from slurmdiag.errors import TransportFailed
+    from slurmdiag.watch.notify import notify
+
+    if not settings.notify.enabled:
+        raise ConfigError(
+            "no webhook is configured: nothing to test",
+            hint="set notify.kind and notify.webhook_url (or webhook_url_env) in the config",
+        )
+    result = notify(test_alert(settings.watch.cluster_name), settings.notify)
+    if result.ok:
+        _err(f"watch: test message delivered to the {settings.notify.kind} webhook "
+             f"(HTTP {result.status}, {result.attempts} attempt(s))")
+        return 0
+    raise TransportFailed(
+        f"the test message was not delivered to the {settings.notify.kind} webhook: {result.error}",
+        hint="check notify.webhook_url and that this host reaches it (proxy, firewall)",
+    )
 
 
 def _check_heartbeat(args: argparse.Namespace) -> int:

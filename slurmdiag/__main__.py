@@ -1,0 +1,5 @@
+import sys
+
+from slurmdiag.cli import main
+
+sys.exit(main())
