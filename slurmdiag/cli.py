@@ -8,7 +8,7 @@ Exit codes (every command):
     5   Slurm unavailable        6   transport failed on every node
     7   configuration error      8   optional dependency missing
     9   unreadable input         10  any other failure of slurmdiag itself
-    11  not permitted (another user's job)
+    11  not permitted (another user's job)   12  doctor: a check failed (1: warnings only)
     130 interrupted (Ctrl-C)
 watch --check-heartbeat has the monitoring-plugin codes instead: 0 OK, 1 WARNING, 2 CRITICAL,
 3 UNKNOWN (a usage error there is 3).
@@ -22,6 +22,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError, TransportFailed, UsageError
@@ -137,7 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_watch_arguments(sub)
         add_config_arguments(sub)
+    _add_doctor(sub)
     return parser
+
+
+def _add_doctor(sub: Any) -> None:
+    from slurmdiag.doctor import add_doctor_arguments
+
+    add_doctor_arguments(sub)
 
 
 def _progress_printer():

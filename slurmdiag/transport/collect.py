@@ -245,8 +245,13 @@ def srun_argv(
     options: CollectOptions,
     het_group: tuple[str, int] | None = None,
     portable: bool = True,
+    *,
+    command: Sequence[str] | None = None,
+    step_name: str = STEP_NAME,
 ) -> list[str]:
     """ONE step over every node, one collector task per node, without taking the job's GPUs.
+
+    ``command`` replaces the collector's node command (``slurmdiag doctor`` ships its checks so).
 
     ``het_group``: (leader job id, offset) of a heterogeneous job's component. srun only takes
     the leader's id (``--jobid=123+1`` is refused, the component's own id is "not heterogeneous
@@ -267,10 +272,10 @@ def srun_argv(
         f"--ntasks={len(nodes)}",
         "--ntasks-per-node=1",
         f"--nodelist={','.join(nodes)}",
-        f"--job-name={STEP_NAME}",
+        f"--job-name={step_name}",
         "--kill-on-bad-exit=0",
         "--cpu-bind=none",
-        *node_command(job_id, options, portable=portable, source_in_env=True),
+        *(command or node_command(job_id, options, portable=portable, source_in_env=True)),
     ]
 
 
