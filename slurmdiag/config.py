@@ -51,6 +51,8 @@ class WatchSettings:
     report_url_base: str | None = None
     state_db: Path = DEFAULT_REPORT_DIR / STATE_SUBDIR / "watch.db"
     heartbeat_file: Path = DEFAULT_REPORT_DIR / STATE_SUBDIR / "heartbeat.json"
+    # Prometheus text file written after every pass (node-exporter's textfile collector); None: off.
+    metrics_file: Path | None = None
     cooldown: float = 1800.0
     notify_recovered: bool = True
     cluster_name: str | None = None
@@ -278,6 +280,12 @@ def _path(value: Any) -> Path:
     return Path(os.path.expanduser(_string(value)))
 
 
+def _optional_path(value: Any) -> Path | None:
+    if isinstance(value, str) and not value.strip():
+        return None
+    return _path(value)
+
+
 def _url_base(value: Any) -> str | None:
     text = _optional_string(value)
     if text is None:
@@ -346,6 +354,7 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
         "report_url_base": _Key(_url_base),
         "state_db": _Key(_path, is_path=True),
         "heartbeat_file": _Key(_path, is_path=True),
+        "metrics_file": _Key(_optional_path, is_path=True),
         "cooldown": _Key(_duration(minimum=0.0), duration=True),
         "notify_recovered": _Key(_boolean),
         "cluster_name": _Key(_optional_string),

@@ -147,6 +147,7 @@ class WatchResult:
     locked_out: bool = False
     errors: tuple[str, ...] = ()
     pending_alerts: int = 0
+    attach_seconds: tuple[tuple[str, float], ...] = ()  # (job id, seconds attaching this pass)
 
     @property
     def stuck_jobs(self) -> tuple[str, ...]:
@@ -584,16 +585,38 @@ class Watchdog:
             return WatchResult(EXIT_OK, started, self._clock(), locked_out=True)
         try:
             with StateDB(watch.state_db) as db:
-                return _Pass(self, db, started).run()
+                result = _Pass(self, db, started).run()
         except SlurmdiagError as exc:
             hint = f" (hint: {exc.hint})" if exc.hint else ""
-            return self._failed(started, exc.exit_code, f"{exc.message}{hint}")
+            result = self._failed(started, exc.exit_code, f"{exc.message}{hint}")
         except (sqlite3.Error, OSError) as exc:
-            return self._failed(
+            result = self._failed(
                 started, EXIT_INTERNAL, f"state {watch.state_db}: {type(exc).__name__}: {exc}"
             )
         finally:
             lock.release()
+        self._write_metrics(result)
+        return result
+
+    def _write_metrics(self, result: WatchResult) -> None:
+        """After every pass, failed ones too: the last success then comes from the heartbeat."""
+        path = self.settings.watch.metrics_file
+        if path is None:
+            return
+        from slurmdiag.watch.metrics import write_metrics
+
+        last_success = result.finished if result.exit_code < 2 else None
+        if last_success is None:
+            try:
+                last_success = float(
+                    json.loads(self.settings.watch.heartbeat_file.read_text())["epoch"]
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                last_success = None
+        try:
+            write_metrics(path, result, last_success)
+        except (OSError, SlurmdiagError) as exc:
+            self._log(f"metrics not written to {path}: {getattr(exc, 'strerror', None) or exc}")
 
     def _failed(self, started: float, code: int, message: str) -> WatchResult:
         # Not logged here: the result carries it and summary_lines() prints it, once.
@@ -652,6 +675,7 @@ class _Pass:
         self.notes: list[NotificationOutcome] = []
         self.errors: list[str] = []
         self.delivery_blocked: str | None = None  # set after a failed post: later ones wait
+        self.attach_seconds: dict[str, float] = {}
 
     def now(self) -> float:
         return self.dog._clock()
@@ -692,6 +716,7 @@ class _Pass:
             notifications=tuple(self.notes),
             errors=tuple(self.errors),
             pending_alerts=self.db.pending_count(),
+            attach_seconds=tuple((k, round(v, 3)) for k, v in self.attach_seconds.items()),
         )
         write_heartbeat(self.watch.heartbeat_file, result, finished)
         return result
@@ -834,6 +859,7 @@ class _Pass:
 
     def _attach(self, job: SlurmJob, **options: Any) -> tuple[Snapshot | None, str | None]:
         """(snapshot, None) or (None, why); a failure starting with "ended" means the job is gone."""
+        began = time.monotonic()
         try:
             return self.dog._attach(job.job_id, **options), None
         except (JobNotRunning, JobNotFound) as exc:
@@ -842,6 +868,9 @@ class _Pass:
             return None, f"attach failed: {exc.message}"
         except Exception as exc:  # noqa: BLE001 - one job's failure must not end the watch run
             return None, f"attach failed: {type(exc).__name__}: {exc}"
+        finally:
+            spent = time.monotonic() - began
+            self.attach_seconds[job.job_id] = self.attach_seconds.get(job.job_id, 0.0) + spent
 
     def _attach_failed(self, job: SlurmJob, quiet_for: float, failure: str | None) -> None:
         message = failure or "attach failed"
