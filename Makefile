@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	# torch pinned: this CPU build is available offline; an unpinned torch pulls a CUDA build.
 	$(VENV)/bin/pip install -q 'torch==2.13.0'
-	$(VENV)/bin/pip install -q -e '.[test,ssh,torch]'
+	$(VENV)/bin/pip install -q -e '.[test,ssh,torch,dev]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -148,22 +148,16 @@ def _add_doctor(sub: Any) -> None:
     add_doctor_arguments(sub)
 
 
-def _progress_printer():
-    if not sys.stderr.isatty():
+def _live_progress(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The live line on stderr: only on a terminal, and never with --json."""
+    if args.json or not sys.stderr.isatty():
         return None
+    from slurmdiag.report.progress import LiveProgress
 
-    def show(done: int, total: int) -> None:
-        sys.stderr.write(f"\rnodes answered: {done}/{total}")
-        sys.stderr.flush()
-        if done == total:
-            sys.stderr.write("\n")
-
-    return show
+    return LiveProgress(sys.stderr, args.timeout)
 
 
 def _run_attach(args: argparse.Namespace) -> int:
-    from slurmdiag.api import attach_job
-
     ssh_options = None
     if args.transport == "ssh":
         ssh_options = {
@@ -173,7 +167,21 @@ def _run_attach(args: argparse.Namespace) -> int:
             "known_hosts": args.ssh_known_hosts,
             "accept_new": args.ssh_accept_new,
         }
-    result = attach_job(
+    live = _live_progress(args)
+    if live is not None:
+        live.start()
+    try:
+        result = _attach_with(args, ssh_options, live)
+    finally:
+        if live is not None:
+            live.close()
+    return _show_attach(args, result)
+
+
+def _attach_with(args: argparse.Namespace, ssh_options: dict | None, live: Any) -> Any:
+    from slurmdiag.api import attach_job
+
+    return attach_job(
         args.job_id,
         out_dir=args.out,
         report=not args.no_report,
@@ -190,8 +198,12 @@ def _run_attach(args: argparse.Namespace) -> int:
         nvidia_smi_path=args.nvidia_smi_path,
         flight_recorder=args.flight_recorder,
         ssh_options=ssh_options,
-        progress=_progress_printer(),
+        progress=live.nodes if live is not None else None,
+        on_phase=live.phase if live is not None else None,
     )
+
+
+def _show_attach(args: argparse.Namespace, result: Any) -> int:
     from slurmdiag.report.terminal import format_summary, should_color  # loaded during attach
 
     for warning in result.warnings:

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from slurmdiag.transport.framing import decode_frames
+from slurmdiag.transport.framing import answered_node, decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
 
 STEP_NAME = "slurmdiag-collect"
@@ -403,17 +403,9 @@ def fan_out_srun(
 
     def on_line(line: str) -> None:
         # The last chunk of a node's document marks it as answered, for the progress display.
-        if progress is None or not line.startswith("@SDG1 "):
-            return
-        parts = line.split(" ", 5)
-        last_chunk = (
-            len(parts) >= 5
-            and parts[2].isdigit()
-            and parts[3].isdigit()
-            and int(parts[2]) == int(parts[3]) - 1
-        )
-        if last_chunk and parts[1] not in answered:
-            answered.add(parts[1])
+        node = answered_node(line) if progress is not None else None
+        if progress is not None and node is not None and node not in answered:
+            answered.add(node)
             progress(len(answered), len(nodes))
 
     start = time.monotonic()
