@@ -4,7 +4,8 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
-APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-server iproute2 procps
+APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-server iproute2 procps \
+                zsh bash-completion
 CLUSTER := deploy/local-cluster/cluster
 NODES ?= 4
 

@@ -28,8 +28,29 @@ from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError, TransportFailed, UsageError
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Epilogs as written (the examples), and every option's default in its help line."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or "default" in text.lower()
+            or action.default in (None, False, argparse.SUPPRESS)
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of exiting, so main() owns every exit code."""
+    """argparse that raises UsageError instead of exiting, so main() owns every exit code.
+
+    Every parser of the tree, subcommands too, shows defaults and its examples epilog as written.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["formatter_class"] = _HelpFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, hint=f"run '{self.prog} --help'")
@@ -78,23 +99,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"slurmdiag {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    attach = sub.add_parser("attach", help="inspect every rank of a running job")
+    attach = sub.add_parser(
+        "attach", help="inspect every rank of a running job",
+        description="Find the job's ranks on every node through one srun step, sample their "
+        "stacks, and name the culprit.",
+        epilog=ATTACH_EPILOG,
+    )
     attach.add_argument("job_id", help="job id: 123, 123_4 (array task) or 123+1 (het component)")
     attach.add_argument("--samples", type=_positive_int, default=3, help="stack samples per rank")
-    attach.add_argument("--interval", type=_seconds, default=1.0, help="seconds between samples")
+    attach.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
+                        help="seconds between samples")
     attach.add_argument(
         "--strace", type=_seconds, default=2.0, metavar="SECONDS",
         help="strace -c window per rank after sampling (0: off)",
     )
     attach.add_argument(
-        "--timeout", type=_seconds, default=30.0, help="global deadline in seconds (default 30)"
+        "--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        help="global deadline in seconds (or 2m)",
     )
     attach.add_argument("--native", action="store_true", help="include native frames (slower)")
     attach.add_argument(
         "--flight-recorder", action="store_true",
         help="ask ranks hooked with slurmdiag.torch.install() for a Flight Recorder dump",
     )
-    attach.add_argument("--transport", choices=("srun", "ssh"), default="srun")
+    attach.add_argument("--transport", choices=("srun", "ssh"), default="srun",
+                        help="one srun step into the job, or ssh to each node")
     attach.add_argument("--out", metavar="DIR", help="write snapshot.json and report.html here")
     attach.add_argument("--json", action="store_true", help="print the snapshot JSON on stdout")
     attach.add_argument("--no-report", action="store_true", help="do not write the HTML report")
@@ -112,18 +141,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="node-local directory under which each node keeps the compiled collector in a "
         "private slurmdiag-UID directory (default /dev/shm; '' = compile every time)",
     )
-    attach.add_argument("--py-spy", dest="pyspy_path", help="py-spy path on the nodes")
-    attach.add_argument("--nvidia-smi", dest="nvidia_smi_path", help="nvidia-smi path on the nodes")
+    attach.add_argument("--py-spy", dest="pyspy_path", metavar="PATH",
+                        help="py-spy path on the nodes")
+    attach.add_argument("--nvidia-smi", dest="nvidia_smi_path", metavar="PATH",
+                        help="nvidia-smi path on the nodes")
     ssh = attach.add_argument_group("ssh transport")
     ssh.add_argument("--ssh-user", help="user name (default: current user)")
-    ssh.add_argument("--ssh-port", type=int, default=22)
+    ssh.add_argument("--ssh-port", type=int, default=22, help="ssh port of the nodes")
     ssh.add_argument("--ssh-key", help="private key file (default: agent and ~/.ssh keys)")
     ssh.add_argument("--ssh-known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts)")
     ssh.add_argument(
         "--ssh-accept-new", action="store_true", help="accept and remember unknown host keys"
     )
 
-    report = sub.add_parser("report", help="re-render the HTML report from a saved snapshot")
+    report = sub.add_parser(
+        "report", help="re-render the HTML report from a saved snapshot", epilog=REPORT_EPILOG
+    )
     report.add_argument("snapshot", help="snapshot.json written by attach")
     report.add_argument("-o", "--output", help="HTML file to write (default: beside the snapshot)")
     report.add_argument(
@@ -139,7 +172,25 @@ def build_parser() -> argparse.ArgumentParser:
         add_watch_arguments(sub)
         add_config_arguments(sub)
     _add_doctor(sub)
+    _add_completion(sub)
     return parser
+
+
+ATTACH_EPILOG = """\
+examples:
+  slurmdiag attach 123456                   summary here; report + snapshot in ./slurmdiag-123456-*/
+  slurmdiag attach 123_4 --json --out /tmp/d   an array task; the snapshot JSON on stdout"""
+
+REPORT_EPILOG = """\
+examples:
+  slurmdiag report /tmp/d/snapshot.json              writes /tmp/d/report.html
+  slurmdiag report snapshot.json -o ~/public/r.html --file-mode 0644"""
+
+
+def _add_completion(sub: Any) -> None:
+    from slurmdiag.completion import add_completion_arguments
+
+    add_completion_arguments(sub)
 
 
 def _add_doctor(sub: Any) -> None:

@@ -24,6 +24,10 @@ from slurmdiag.config import (
 from slurmdiag.errors import ConfigError, SlurmdiagError, UsageError
 
 WATCH_EPILOG = """\
+examples:
+  slurmdiag watch --once --config /etc/slurmdiag/config.toml    one pass (cron, scrontab, timer)
+  slurmdiag watch --check-heartbeat 20m                          dead-man switch for monitoring
+
 exit codes: 0 nothing stuck (or another run holds the lock), 1 stuck jobs found,
 >= 2 the watchdog failed (5 Slurm unavailable, 7 configuration, 10 internal).
 --check-heartbeat (monitoring-plugin convention, one status line on stdout):
@@ -73,14 +77,24 @@ def add_watch_arguments(subparsers: Any) -> argparse.ArgumentParser:
 
 def add_config_arguments(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``config check [FILE]`` and ``config show`` to the CLI's subparsers."""
-    config = subparsers.add_parser("config", help="check or show the watchdog configuration")
+    config = subparsers.add_parser(
+        "config", help="check or show the watchdog configuration",
+        epilog="examples:\n  slurmdiag config check /etc/slurmdiag/config.toml\n"
+        "  slurmdiag config show --config /etc/slurmdiag/config.toml",
+    )
     actions = config.add_subparsers(dest="config_command", metavar="{check,show}")
     check = actions.add_parser(
-        "check", help="list every unknown key and bad value of a config file (exit 7 if any)"
+        "check", help="list every unknown key and bad value of a config file (exit 7 if any)",
+        epilog="examples:\n  slurmdiag config check /etc/slurmdiag/config.toml\n"
+        "  slurmdiag config check --json site.toml",
     )
     check.add_argument("file", nargs="?", metavar="FILE", help="the TOML file to check")
     check.add_argument("--json", action="store_true", help="print the problems as JSON")
-    show = actions.add_parser("show", help="print the effective settings as JSON (secrets hidden)")
+    show = actions.add_parser(
+        "show", help="print the effective settings as JSON (secrets hidden)",
+        epilog="examples:\n  slurmdiag config show\n"
+        "  slurmdiag config show --config /etc/slurmdiag/config.toml",
+    )
     show.add_argument("--config", metavar="FILE", help="TOML config to read")
     config.set_defaults(handler=run_config_command)
     return config

@@ -135,3 +135,35 @@ def test_slurm_conf_naming_no_file_exits_5_at_once(tmp_path):
     result = run("attach", "123", env=env)
     assert result.returncode == 5 and "is not a file" in result.stderr
     assert result.stderr.count("\n") == 2
+
+
+def _all_parsers(parser, path=()):
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _all_parsers(sub, (*path, name))
+
+
+def test_every_command_help_shows_defaults_and_two_examples():
+    from slurmdiag.cli import build_parser
+
+    commands = [(p, sub) for p, sub in _all_parsers(build_parser()) if p]
+    assert {("attach",), ("report",), ("watch",), ("config", "check"), ("doctor",),
+            ("completion",)} <= {p for p, _ in commands}
+    for path, sub in commands:
+        text = sub.format_help()
+        examples = text.split("examples:\n", 1)
+        assert len(examples) == 2, f"{' '.join(path)} has no examples"
+        shown = [ln for ln in examples[1].splitlines() if ln.startswith("  slurmdiag ")]
+        assert len(shown) >= 2, f"{' '.join(path)}: {shown}"
+    attach = dict(commands)[("attach",)].format_help()
+    assert "(default: 3)" in attach and "(default: srun)" in attach and "(default: 30.0)" in attach
+
+
+def test_python_dash_m_slurmdiag_is_the_cli():
+    done = subprocess.run([sys.executable, "-m", "slurmdiag", "--version"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == f"slurmdiag {__version__}"
