@@ -79,8 +79,8 @@ def attach_as(user: str, job: str, tmp_path: Path) -> subprocess.CompletedProces
     path = f"{REPO}{os.pathsep}{sysconfig.get_paths()['purelib']}"
     out = tmp_path / user
     return subprocess.run(
-        ["su", user, "-c", f"cd /tmp && {python} -m slurmdiag attach {job} --samples 1 "
-         f"--strace 0 --no-report --out {out}"],
+        ["su", user, "-c", (f"cd /tmp && {python} -m slurmdiag attach {job} --samples 1 "
+         f"--strace 0 --no-report --out {out}")],
         capture_output=True, text=True, timeout=120, check=False,
         env=dict(os.environ, PYTHONPATH=path),
     )
@@ -93,8 +93,8 @@ def test_another_users_job_is_refused_with_what_is_needed(owners_job, shared_dir
     # THEN exit 11, one error line naming the owner, and how to run it instead; no step was tried
     assert refused.returncode == 11, refused.stderr
     assert refused.stderr.splitlines() == [
-        f"error: job {owners_job} belongs to {OWNER}, not to {OTHER}: Slurm adds a step to a job "
-        "only for its owner, root or SlurmUser, and only they may trace its ranks",
+        (f"error: job {owners_job} belongs to {OWNER}, not to {OTHER}: Slurm adds a step to a job "
+        "only for its owner, root or SlurmUser, and only they may trace its ranks"),
         f"hint: run it as {OWNER} (sudo -u {OWNER} slurmdiag attach {owners_job}) or as root",
     ]
     assert "Access/permission denied" not in refused.stderr
