@@ -7,10 +7,10 @@ import pty
 import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from support.slurm_jobs import cancel, submit_running
 
 pytestmark = pytest.mark.cluster
 
@@ -19,19 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def two_node_job(local_cluster):
-    job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--time=10",
-                          "-o", "/dev/null", "-J", "slurmdiag-progress-test",
-                          "--wrap", "srun sleep 300"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
-                               text=True, check=False).stdout.strip()
-        if state == "RUNNING":
-            break
-        time.sleep(0.5)
+    job = submit_running("-N2", "--ntasks-per-node=1", "--time=10", "-o", "/dev/null",
+                         "-J", "slurmdiag-progress-test", "--wrap", "srun sleep 300")
     yield job
-    subprocess.run(["scancel", job], check=False)
+    cancel(job)
 
 
 def attach_argv(job: str, out: Path, *extra: str) -> list[str]:

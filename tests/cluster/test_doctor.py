@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.slurm_jobs import cancel, submit_running
 
 pytestmark = pytest.mark.cluster
 
@@ -28,18 +29,10 @@ def lines_of(out: str, check: str) -> list[str]:
 
 @pytest.fixture
 def sleeping_job(local_cluster, tmp_path):
-    job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--time=10",
-                          f"--output={tmp_path}/out", "-J", "slurmdiag-doctor-test",
-                          "--wrap", "srun sleep 300"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    for _ in range(60):
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
-                               text=True, check=False).stdout.strip()
-        if state == "RUNNING":
-            break
-        subprocess.run(["sleep", "0.5"], check=False)
+    job = submit_running("-N2", "--ntasks-per-node=1", "--time=10", f"--output={tmp_path}/out",
+                         "-J", "slurmdiag-doctor-test", "--wrap", "srun sleep 300")
     yield job
-    subprocess.run(["scancel", job], check=False)
+    cancel(job)
 
 
 def test_doctor_into_a_job_checks_every_node_through_one_step(sleeping_job, tmp_path, py_spy):

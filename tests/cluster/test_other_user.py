@@ -13,10 +13,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+from support.slurm_jobs import cancel, submit_running
 
 pytestmark = [
     pytest.mark.cluster,
@@ -43,24 +43,11 @@ def users():
 
 @pytest.fixture
 def owners_job(local_cluster, users):
-    job = subprocess.run(["sbatch", "--parsable", f"--uid={OWNER}", f"--gid={OWNER}",
-                          "--chdir=/tmp", "-o", "/dev/null", "-N1", "--time=10",
-                          "-J", "slurmdiag-other-user", "--wrap", "srun sleep 300"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
-                               text=True, check=False).stdout.strip()
-        if state == "RUNNING":
-            break
-        time.sleep(0.5)
+    job = submit_running(f"--uid={OWNER}", f"--gid={OWNER}", "--chdir=/tmp", "-o", "/dev/null",
+                         "-N1", "--time=10", "-J", "slurmdiag-other-user", "--wrap",
+                         "srun sleep 300")
     yield job
-    subprocess.run(["scancel", job], check=False)
-    deadline = time.monotonic() + 60  # the users are removed after: let the job's processes end
-    while time.monotonic() < deadline and subprocess.run(
-        ["squeue", "-h", "-j", job], capture_output=True, text=True, check=False
-    ).stdout.strip():
-        time.sleep(0.5)
+    cancel(job, wait_s=60)  # the users are removed after: let the job's processes end first
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.slurm_jobs import cancel, submit_running
 
 pytestmark = pytest.mark.cluster
 
@@ -28,18 +29,10 @@ def samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @pytest.fixture
 def quiet_job(local_cluster, tmp_path):
-    job = subprocess.run(["sbatch", "--parsable", "-N1", "--time=10", "-J", JOB_NAME,
-                          f"--output={tmp_path}/out", "--wrap", "srun sleep 300"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
-                               text=True, check=False).stdout.strip()
-        if state == "RUNNING":
-            break
-        time.sleep(0.5)
+    job = submit_running("-N1", "--time=10", "-J", JOB_NAME, f"--output={tmp_path}/out",
+                         "--wrap", "srun sleep 300")
     yield job
-    subprocess.run(["scancel", job], check=False)
+    cancel(job)
 
 
 def test_a_real_pass_writes_metrics_that_parse_with_the_right_values(quiet_job, tmp_path):
