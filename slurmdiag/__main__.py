@@ -1,3 +1,7 @@
+"""``python -m slurmdiag``: the same command line as ``slurmdiag``."""
+
+from __future__ import annotations
+
 import sys
 
 from slurmdiag.cli import main

@@ -355,8 +355,10 @@ def add_doctor_arguments(subparsers: Any) -> argparse.ArgumentParser:
     doctor.add_argument("--config", metavar="FILE", help="watchdog config to check "
                         "(default: $SLURMDIAG_CONFIG, else /etc/slurmdiag/config.toml)")
     doctor.add_argument("--report-dir", metavar="DIR", help="overrides watch.report_dir")
-    doctor.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="deadline of the node step (default: %(default)s)")
+    from slurmdiag.cli import _seconds
+
+    doctor.add_argument("--timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="deadline of the node step, in seconds (or 2m)")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON on stdout")
     doctor.set_defaults(handler=run_doctor_command)
     return doctor
