@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -167,3 +168,23 @@ def test_python_dash_m_slurmdiag_is_the_cli():
     done = subprocess.run([sys.executable, "-m", "slurmdiag", "--version"], capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0 and done.stdout.strip() == f"slurmdiag {__version__}"
+
+
+@needs_slurm_client
+def test_doctor_without_slurm_config_says_so_and_skips_the_nodes(tmp_path):
+    # GIVEN the real Slurm client without SLURM_CONF (no DNS records here)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    env["SLURMDIAG_CONFIG"] = str(tmp_path / "c.toml")
+    (tmp_path / "c.toml").write_text(f'[watch]\nreport_dir = "{tmp_path}"\nstale_after = 600\n')
+    result = subprocess.run([sys.executable, "-m", "slurmdiag", "doctor", "123", "--json"],
+                            capture_output=True, text=True, timeout=60, env=env, check=False)
+    # THEN exit 12 (a check failed); the JSON names the config failure, the fix, the bare number
+    assert result.returncode == 12, result.stderr
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["slurm config"]["status"] == "failed"
+    assert "Could not establish a configuration source" in checks["slurm config"]["detail"]
+    assert "SLURM_CONF" in checks["slurm config"]["fix"]
+    assert checks["nodes"]["status"] == "failed"
+    assert checks["watch config"]["status"] == "warning" and "taken as" in checks[
+        "watch config"]["detail"]
+    assert checks["report dir"]["status"] == "ok"
