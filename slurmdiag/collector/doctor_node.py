@@ -213,6 +213,50 @@ def tool_check(name, candidates, version_flag, fix, explicit=False):
     return check(name, "ok", f"{path} ({first[:80]})"), path
 
 
+def trace_trial(pyspy_path, strace_path):
+    """Attach for real: py-spy and strace to a python of this user that is NOT their child (the
+    ranks are not the collector's children either), the way the collector will."""
+    if not pyspy_path and not strace_path:
+        return check("trace test", "warning", "not tried: neither py-spy nor strace was found")
+    import time
+
+    target = subprocess.Popen([sys.executable, "-S", "-c", "import time\ntime.sleep(60)"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    problems, tried = [], []
+    try:
+        time.sleep(0.3)  # let it reach its sleep
+        if pyspy_path:
+            tried.append("py-spy")
+            code, out = _run([pyspy_path, "dump", "--pid", str(target.pid)], timeout=20)
+            if code != 0:
+                last = (out or "no output").strip().splitlines()[-1]
+                problems.append(f"py-spy dump failed: {last[:200]}")
+        if strace_path:
+            tried.append("strace")
+            tracer = subprocess.Popen([strace_path, "-p", str(target.pid), "-e", "trace=none"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(0.5)
+            tracer.terminate()
+            try:
+                err = tracer.communicate(timeout=5)[1].decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                tracer.kill()
+                err = tracer.communicate()[1].decode(errors="replace")
+            refused = [ln for ln in err.splitlines() if "ptrace" in ln or "not permitted" in ln]
+            if refused:
+                problems.append(f"strace: {refused[-1].strip()[:200]}")
+    finally:
+        target.kill()
+        target.wait()
+    if problems:
+        return check("trace test", "failed", "; ".join(problems),
+                     "see the ptrace line: ptrace_scope, CAP_SYS_PTRACE or the container's "
+                     "seccomp profile refuse it")
+    return check("trace test", "ok", " and ".join(tried) + " attached to a process of this user "
+                 "that is not their child")
+
+
 def python_check():
     version = ".".join(str(v) for v in sys.version_info[:3])
     if sys.version_info[:2] < MIN_PYTHON:  # the loader re-runs an older one; say it anyway
@@ -260,14 +304,16 @@ def run_checks(args):
     pyspy, pyspy_path = tool_check("py-spy", args.get("pyspy") or [], "--version", _PYSPY_FIX,
                                    explicit=bool(args.get("pyspy_explicit")))
     checks.append(pyspy)
-    strace, _ = tool_check("strace", args.get("strace") or [], "-V",
-                           "install strace on the nodes (apt/dnf install strace)")
+    strace, strace_path = tool_check("strace", args.get("strace") or [], "-V",
+                                     "install strace on the nodes (apt/dnf install strace)")
     checks.append(strace)
     status = _read("/proc/self/status") or ""
     checks.append(ptrace_decision(
         _read("/proc/sys/kernel/yama/ptrace_scope"), parse_cap_eff(status),
         bool(pyspy_path) and _file_caps(pyspy_path),
     ))
+    checks.append(trace_trial(pyspy_path if pyspy["status"] == "ok" else None,
+                              strace_path if strace["status"] == "ok" else None))
     seccomp = parse_seccomp(status)
     if seccomp == 2:
         checks.append(check("seccomp", "warning", "a seccomp filter is active in this step: "

@@ -44,7 +44,8 @@ def test_doctor_into_a_job_checks_every_node_through_one_step(sleeping_job, tmp_
     # THEN the step ran with --overlap --gres=gpu:0 on both nodes, and each node check is a line
     (srun,) = lines_of(out, "srun")
     assert srun.startswith("ok") and "--overlap --gres=gpu:0 ran on 2/2" in srun
-    for name in ("node python", "py-spy", "strace", "ptrace", "node cache", "slurm client",
+    for name in ("node python", "py-spy", "strace", "ptrace", "trace test", "node cache",
+                 "slurm client",
                  "squeue --json", "report dir", "state dir"):
         assert lines_of(out, name) and lines_of(out, name)[0].split()[0] == "ok", (name, out)
     assert "8 GPU(s)" in lines_of(out, "nvidia-smi")[0]
@@ -67,6 +68,9 @@ def test_doctor_names_a_missing_py_spy_and_an_unwritable_report_dir(sleeping_job
     (report,) = lines_of(out, "report dir")
     assert report.startswith("failed  controller:") and "cannot be created in /proc" in report
     assert result.returncode == 12
+    # The real attach trial still runs with the strace that is there.
+    (trial,) = lines_of(out, "trace test")
+    assert trial.startswith("ok") and "strace attached" in trial and "py-spy" not in trial
 
 
 def test_doctor_on_nodes_takes_a_tiny_allocation(local_cluster, tmp_path):
