@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from slurmdiag.transport.framing import decode_frames
+from slurmdiag.transport.framing import answered_node, decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
 
 STEP_NAME = "slurmdiag-collect"
@@ -247,8 +247,13 @@ def srun_argv(
     options: CollectOptions,
     het_group: tuple[str, int] | None = None,
     portable: bool = True,
+    *,
+    command: Sequence[str] | None = None,
+    step_name: str = STEP_NAME,
 ) -> list[str]:
     """ONE step over every node, one collector task per node, without taking the job's GPUs.
+
+    ``command`` replaces the collector's node command (``slurmdiag doctor`` ships its checks so).
 
     ``het_group``: (leader job id, offset) of a heterogeneous job's component. srun only takes
     the leader's id (``--jobid=123+1`` is refused, the component's own id is "not heterogeneous
@@ -269,10 +274,10 @@ def srun_argv(
         f"--ntasks={len(nodes)}",
         "--ntasks-per-node=1",
         f"--nodelist={','.join(nodes)}",
-        f"--job-name={STEP_NAME}",
+        f"--job-name={step_name}",
         "--kill-on-bad-exit=0",
         "--cpu-bind=none",
-        *node_command(job_id, options, portable=portable, source_in_env=True),
+        *(command or node_command(job_id, options, portable=portable, source_in_env=True)),
     ]
 
 
@@ -412,17 +417,9 @@ def fan_out_srun(
 
     def on_line(line: str) -> None:
         # The last chunk of a node's document marks it as answered, for the progress display.
-        if progress is None or not line.startswith("@SDG1 "):
-            return
-        parts = line.split(" ", 5)
-        last_chunk = (
-            len(parts) >= 5
-            and parts[2].isdigit()
-            and parts[3].isdigit()
-            and int(parts[2]) == int(parts[3]) - 1
-        )
-        if last_chunk and parts[1] not in answered:
-            answered.add(parts[1])
+        node = answered_node(line) if progress is not None else None
+        if progress is not None and node is not None and node not in answered:
+            answered.add(node)
             progress(len(answered), len(nodes))
 
     start = time.monotonic()

@@ -39,6 +39,7 @@ from slurmdiag.watch.watchdog import (
     check_heartbeat,
     classify_verdicts,
     expand_output_path,
+    heartbeat_status,
     parse_slurm_duration,
     report_url_for,
     run_once,
@@ -681,14 +682,24 @@ def test_no_recovered_message_when_disabled(world: World) -> None:
 def test_heartbeat_written_after_a_good_run(world: World) -> None:
     settings = world.settings()
     path = settings.watch.heartbeat_file
-    assert check_heartbeat(path, 1200, now=T0) == 2  # missing
+    assert check_heartbeat(path, 1200, now=T0) == 2  # missing: CRITICAL
     world.run(settings)
     data = json.loads(path.read_text())
     assert data["epoch"] == T0 and data["summary"]["stuck_jobs"] == [HUNG]
     assert check_heartbeat(path, 1200, now=T0 + 60) == 0
-    assert check_heartbeat(path, 1200, now=T0 + 1201) == 1  # stale
+    assert check_heartbeat(path, 1200, now=T0 + 1201) == 2  # stale: CRITICAL
     path.write_text("{not json")
-    assert check_heartbeat(path, 1200, now=T0) == 2
+    assert check_heartbeat(path, 1200, now=T0) == 3  # unreadable: UNKNOWN
+
+
+def test_heartbeat_of_a_pass_with_errors_is_a_warning(world: World) -> None:
+    # GIVEN a pass whose attach of one job failed (an error, not a dead watchdog)
+    world.attach.snapshots[HUNG] = TransportFailed("srun refused the step")
+    settings = world.settings()
+    world.run(settings)
+    # THEN the fresh heartbeat is a WARNING (1) naming the error, not OK and not CRITICAL
+    code, message = heartbeat_status(settings.watch.heartbeat_file, 1200, now=T0 + 60)
+    assert code == 1 and "srun refused the step" in message
 
 
 def test_cli_watch_once_and_check_heartbeat(
@@ -713,16 +724,21 @@ def test_cli_watch_once_and_check_heartbeat(
     assert f"job {HUNG} (llm-pretrain) stuck" in captured.err
     # The fake clock is ahead of the real one, so the heartbeat it wrote reads as fresh.
     assert main(["watch", "--check-heartbeat", "20m", "--config", str(config)]) == 0
-    assert "heartbeat fresh" in capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("SLURMDIAG WATCH OK - heartbeat fresh")
     heartbeat = world.tmp / "reports" / ".slurmdiag" / "heartbeat.json"
     data = json.loads(heartbeat.read_text())
     data["epoch"] = time.time() - 3600
     heartbeat.write_text(json.dumps(data))
-    assert main(["watch", "--check-heartbeat", "20m", "--config", str(config)]) == 1
+    assert main(["watch", "--check-heartbeat", "20m", "--config", str(config)]) == 2  # stale
+    assert "CRITICAL - heartbeat is stale" in capsys.readouterr().out
     heartbeat.unlink()
     assert main(["watch", "--check-heartbeat", "20m", "--config", str(config)]) == 2
-    assert main(["watch", "--config", str(config)]) == 2  # --once is required
-    assert main(["watch", "--check-heartbeat", "soon", "--config", str(config)]) == 2
+    assert main(["watch", "--config", str(config)]) == 2  # --once is required: a usage error
+    # A bad MAXAGE or config is UNKNOWN (3): the monitoring convention, never CRITICAL.
+    capsys.readouterr()
+    assert main(["watch", "--check-heartbeat", "soon", "--config", str(config)]) == 3
+    assert "UNKNOWN" in capsys.readouterr().out
+    assert main(["watch", "--check-heartbeat", "20m", "--config", str(world.tmp / "no")]) == 3
 
 
 # --------------------------------------------------------------------------------------------
