@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_watch_arguments(sub)
         add_config_arguments(sub)
+    from slurmdiag.probe.cli import add_probe_arguments
+
+    add_probe_arguments(sub)
     return parser
 
 
