@@ -1,4 +1,4 @@
-# ruff: noqa: UP031
+# ruff: noqa: UP031, UP041  (Python 3.8 on the nodes: socket.timeout is no TimeoutError there)
 """slurmdiag probe, node side: test the network from this node to every other node of the step.
 
 Stdlib only, Python 3.8+, shipped and started like the collector (the same loader, one srun
@@ -40,6 +40,10 @@ IP_MTU_DISCOVER = 10
 IP_PMTUDISC_DO = 2
 IP_MTU = 14
 SIOCGIFADDR = 0x8915
+SIOCGIFMTU = 0x8921
+SIOCGIFFLAGS = 0x8913
+IFF_UP = 0x1
+IFF_RUNNING = 0x40
 ENV_KEYS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA")
 _out_lock = threading.Lock()
 
@@ -75,12 +79,16 @@ def _read(path):
 
 
 def ipv4_address(ifname):
+    data = _ifreq(ifname, SIOCGIFADDR)
+    return socket.inet_ntoa(data[20:24]) if data else None
+
+
+def _ifreq(ifname, request):
+    import fcntl
+
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        import fcntl
-
-        packed = struct.pack("256s", ifname.encode()[:15])
-        return socket.inet_ntoa(fcntl.ioctl(s.fileno(), SIOCGIFADDR, packed)[20:24])
+        return fcntl.ioctl(s.fileno(), request, struct.pack("256s", ifname.encode()[:15]))
     except OSError:
         return None
     finally:
@@ -88,21 +96,25 @@ def ipv4_address(ifname):
 
 
 def interface_info(name):
-    flags = _read("/sys/class/net/%s/flags" % name)
-    mtu = _read("/sys/class/net/%s/mtu" % name)
+    """Address, MTU and state through ioctls on a socket: they answer for this process's
+    network namespace (/sys/class/net answers for the namespace that mounted /sys)."""
+    mtu = _ifreq(name, SIOCGIFMTU)
+    flags = _ifreq(name, SIOCGIFFLAGS)
+    flag = struct.unpack("H", flags[16:18])[0] if flags else 0
+    up, running = bool(flag & IFF_UP), bool(flag & IFF_RUNNING)
     return {
         "name": name,
         "address": ipv4_address(name),
-        "mtu": int(mtu) if mtu and mtu.isdigit() else None,
-        "operstate": _read("/sys/class/net/%s/operstate" % name),
-        "up": bool(int(flags, 16) & 1) if flags else None,
-        "carrier": _read("/sys/class/net/%s/carrier" % name) == "1",
+        "mtu": struct.unpack("i", mtu[16:20])[0] if mtu else None,
+        "operstate": None if not flags else ("up" if up and running else "down"),
+        "up": up,
+        "carrier": running,
     }
 
 
 def interfaces():
     try:
-        return sorted(os.listdir("/sys/class/net"))
+        return sorted(name for _, name in socket.if_nameindex())
     except OSError:
         return []
 
@@ -223,21 +235,34 @@ def serve_tcp(listener, state):
 
 
 def _serve_one(conn, state):
+    """One peer's test: take its upload for at most xfer_s, say how much came in how long,
+    then send as much back for at most xfer_s (the peer measures that direction)."""
+    xfer_s = state["xfer_s"]
     try:
-        conn.settimeout(state["xfer_s"] + 2.0)
+        conn.settimeout(xfer_s + 2.0)
         head = _recv_line(conn).split()
         if len(head) != 3 or head[0] != "SDGP1" or not head[2].isdigit():
             return
-        want, got = int(head[2]), 0
-        while got < want:
-            chunk = conn.recv(min(65536, want - got))
+        want, got, first, last = int(head[2]), 0, None, None
+        conn.settimeout(0.2)
+        end = time.monotonic() + xfer_s + 0.5
+        while got < want and time.monotonic() < end:
+            try:
+                chunk = conn.recv(min(65536, want - got))
+            except socket.timeout:
+                continue
             if not chunk:
                 break
+            last = time.monotonic()
+            if first is None:
+                first = last
             got += len(chunk)
-        conn.sendall(b"OK %d\n" % got)
-        block, sent, end = b"\0" * 65536, 0, time.monotonic() + state["xfer_s"]
-        while sent < got and time.monotonic() < end:
-            sent += conn.send(block[:min(65536, got - sent)])
+        seconds = (last - first) if first is not None and last is not None else 0.0
+        conn.settimeout(xfer_s + 2.0)
+        conn.sendall(b"OK %d %.6f\n" % (got, seconds))
+        block, sent, end = b"\0" * 65536, 0, time.monotonic() + xfer_s
+        while sent < want and time.monotonic() < end:
+            sent += conn.send(block[:min(65536, want - sent)])
         with state["lock"]:
             state["served"].append(head[1])
     except OSError:
@@ -299,27 +324,37 @@ def test_peer(me, name, peer, args):
     t0 = time.monotonic()
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 131072)
         s.bind((me["address"], 0))
         s.settimeout(float(args.get("connect_s", 2.0)))
         s.connect((peer["address"], peer["tcp_port"]))
         result["connect"] = True
         result["connect_ms"] = round((time.monotonic() - t0) * 1000, 3)
-        s.settimeout(xfer_s + 2.0)
         s.sendall(b"SDGP1 %s %d\n" % (me["node"].encode(), nbytes))
+        # a small send buffer and a short timeout per send: the upload stops at its time cap
+        # instead of queueing megabytes that a slow link would take long to drain
+        s.settimeout(0.2)
         block, sent, t1 = b"\0" * 65536, 0, time.monotonic()
         end = t1 + xfer_s
         while sent < nbytes and time.monotonic() < end:
-            sent += s.send(block[:min(65536, nbytes - sent)])
-        if sent < nbytes:
-            s.shutdown(socket.SHUT_WR)
+            try:
+                sent += s.send(block[:min(65536, nbytes - sent)])
+            except socket.timeout:
+                continue
+        s.settimeout(xfer_s + 2.0)
         ack = _recv_line(s).split()
         t2 = time.monotonic()
-        if len(ack) != 2 or ack[0] != "OK":
+        if len(ack) != 3 or ack[0] != "OK":
             raise OSError("the peer did not acknowledge the transfer")
-        result["up_bytes"], result["up_s"] = int(ack[1]), round(t2 - t1, 6)
-        got = 0
-        while True:
-            chunk = s.recv(65536)
+        result["up_bytes"], result["up_s"] = int(ack[1]), float(ack[2])
+        got, end = 0, t2 + xfer_s
+        while time.monotonic() < end:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                # the peer ended its bounded send with our late upload bytes still unread
+                result["reset"] = True
+                break
             if not chunk:
                 break
             got += len(chunk)

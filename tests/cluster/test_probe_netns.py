@@ -1,0 +1,201 @@
+"""slurmdiag probe on real network faults: four Slurm nodes, each in its own network namespace.
+
+Slurm talks over eth0; the probe tests eth1, a data network on a second bridge (like a job's
+NCCL_SOCKET_IFNAME), so that a fault there leaves the step itself working. Each test injects
+one fault, runs the probe through real srun, removes the fault, and checks that the probe named
+exactly the faulty node or link, and that no probe process is left on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from support.netns_cluster import (
+    available,
+    blackhole,
+    link_down,
+    mtu,
+    node_pids,
+    slow_link,
+    start_netns_cluster,
+)
+
+from slurmdiag.probe.cli import probe
+from slurmdiag.snapshot import Snapshot
+
+pytestmark = pytest.mark.cluster
+
+NODES = {"nsnode1": 1500, "nsnode2": 1500, "nsnode3": 1500, "nsnode4": 1500}
+HOSTLIST = "nsnode[1-4]"
+# the probe program's arguments (its JSON carries this key) and the torch check's script
+MARKERS = (b'"xfer_s"', b"imported_s")
+
+
+@pytest.fixture(scope="module")
+def cluster(local_cluster, tmp_path_factory):
+    problem = available()
+    if problem:
+        pytest.skip(f"network namespaces unavailable here: {problem}")
+    c = start_netns_cluster(tmp_path_factory.mktemp("probe-netns"), NODES, data_subnet="10.213.8")
+    yield c
+    c.stop()
+
+
+def probe_processes() -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        if any(m in cmdline for m in MARKERS) and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running(cluster, monkeypatch) -> Iterator[None]:
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    yield
+    deadline = time.monotonic() + 15
+    while probe_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = probe_processes()
+    for pid in left:  # never leak into the next test, but fail this one
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"probe processes left running: {left}"
+
+
+def run(timeout_s: float = 30.0, collective: bool = False) -> Snapshot:
+    return probe(nodes=HOSTLIST, ifname="eth1", timeout_s=timeout_s, collective=collective)
+
+
+def named(snapshot: Snapshot) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for v in snapshot.verdicts:
+        out.setdefault(v.kind, []).append(v.summary)
+    return out
+
+
+def test_a_clean_cluster_names_nothing(cluster):
+    # WHEN probing four healthy nodes on their data network
+    snapshot = run()
+    probe_ = snapshot.probe
+    # THEN every node took part on eth1 with its own address, every directed pair was tested
+    assert {n.name: (n.status, n.interface, n.address) for n in probe_.nodes} == {
+        name: ("ok", "eth1", address) for name, address in cluster.data.items()}
+    assert len(probe_.links) == 12 and all(x.connect and not x.error for x in probe_.links)
+    assert all(x.mtu_ok for x in probe_.links)
+    assert probe_.rounds == 2
+    # AND nothing is named
+    assert [v.kind for v in snapshot.verdicts] == ["probe_clean"], named(snapshot)
+
+
+def test_a_blackholed_route_names_that_link(cluster):
+    # GIVEN nsnode1 drops what it sends to nsnode2's data address
+    with blackhole("nsnode1", cluster.data["nsnode2"]):
+        snapshot = run()
+    # THEN the link between them is named, and no node
+    assert set(named(snapshot)) == {"probe_bad_link"}, named(snapshot)
+    (summary,) = named(snapshot)["probe_bad_link"]
+    assert "nsnode1 <-> nsnode2" in summary
+    assert "--exclude=nsnode2" in snapshot.verdicts[0].next_step
+
+
+def test_an_mtu_mismatch_names_the_node(cluster):
+    # GIVEN nsnode3's data interface has a smaller MTU than the others
+    with mtu("nsnode3", "eth1", 1400):
+        snapshot = run()
+    kinds = named(snapshot)
+    assert set(kinds) == {"probe_mtu_mismatch"}, kinds
+    (summary,) = kinds["probe_mtu_mismatch"]
+    assert "nsnode3 (1400)" in summary and "1500" in summary
+    # AND the don't-fragment probes towards it were lost while TCP still connected
+    lost = {(x.source, x.target) for x in snapshot.probe.links if x.mtu_ok is False}
+    assert lost == {("nsnode1", "nsnode3"), ("nsnode2", "nsnode3"), ("nsnode4", "nsnode3")}
+    assert all(x.connect and not x.error for x in snapshot.probe.links)
+    verdict = snapshot.verdicts[0]
+    assert 'scontrol update NodeName=nsnode3 State=DRAIN Reason="' in verdict.next_step
+
+
+def test_an_interface_down_names_the_node(cluster):
+    with link_down("nsnode2", "eth1"):
+        snapshot = run()
+    kinds = named(snapshot)
+    assert set(kinds) == {"probe_bad_node"}, kinds
+    (summary,) = kinds["probe_bad_node"]
+    assert summary.startswith("node nsnode2:") and "eth1 is down" in summary
+
+
+def test_a_slow_link_names_that_link(cluster):
+    # GIVEN what nsnode3 sends to nsnode4 goes at 1 Mbit/s (everything else at full speed)
+    with slow_link("nsnode3", "eth1", cluster.data["nsnode4"]):
+        snapshot = run()
+    kinds = named(snapshot)
+    assert set(kinds) == {"probe_slow_link"}, kinds
+    (summary,) = kinds["probe_slow_link"]
+    assert "nsnode3 <-> nsnode4" in summary and "nsnode3 -> nsnode4" in summary
+
+
+def test_a_node_whose_probe_never_answers_is_named_and_the_run_stays_bounded(cluster):
+    # GIVEN nsnode4's probe process is stopped (SIGSTOP) as soon as it runs: it neither serves
+    # its peers nor sends a result
+    stopped: list[int] = []
+    done = threading.Event()
+
+    def stop_probe() -> None:
+        while not done.is_set() and not stopped:
+            for pid in node_pids("nsnode4"):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                        if b'"xfer_s"' in fh.read():
+                            os.kill(pid, signal.SIGSTOP)
+                            stopped.append(pid)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+
+    stopper = threading.Thread(target=stop_probe, daemon=True)
+    stopper.start()
+    started = time.monotonic()
+    try:
+        snapshot = run(timeout_s=20.0)
+    finally:
+        done.set()
+        stopper.join(5)
+    elapsed = time.monotonic() - started
+    assert stopped, "the probe never ran on nsnode4"
+    # THEN within the deadline (plus ending the step), only nsnode4 is named
+    assert elapsed < 20.0 + 12.0
+    kinds = named(snapshot)
+    assert set(kinds) == {"probe_bad_node"}, kinds
+    (summary,) = kinds["probe_bad_node"]
+    assert summary.startswith("node nsnode4:")
+    by_name = {n.name: n for n in snapshot.probe.nodes}
+    assert by_name["nsnode4"].status == "timeout"
+    assert all(by_name[n].status == "ok" for n in ("nsnode1", "nsnode2", "nsnode3"))
+
+
+def test_the_collective_check_passes_clean_and_bisects_a_broken_pair(cluster):
+    # WHEN the gloo all_reduce runs across the four nodes (torch from the shared venv)
+    clean = run(timeout_s=60.0, collective=True)
+    assert clean.probe.collective is not None
+    assert clean.probe.collective.status == "ok", clean.probe.collective
+    # AND with nsnode1 unable to reach nsnode2 it fails, and the bisection names that pair
+    with blackhole("nsnode1", cluster.data["nsnode2"]):
+        broken = run(timeout_s=60.0, collective=True)
+    c = broken.probe.collective
+    assert c is not None and c.status == "failed", c
+    assert c.smallest_failing == (("nsnode1", "nsnode2"),), c
+    assert "probe_collective_failed" in named(broken)
