@@ -157,11 +157,14 @@ def default_route_interface():
     return None
 
 
-def job_environment(job_id):
-    """The allowlisted network variables of a process of ``job_id`` on this node."""
+def job_environment(job_id, node):
+    """The allowlisted network variables of a process of ``job_id`` on this node (a process
+    whose environment names another node is not ours: several slurmd can share one host)."""
     if not job_id:
         return {}
     want = ("SLURM_JOB_ID=%s" % job_id).encode()
+    prefix = b"SLURMD_NODENAME="
+    mine = prefix + node.encode()
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
@@ -170,7 +173,7 @@ def job_environment(job_id):
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if want not in env:
+        if want not in env or any(e.startswith(prefix) and e != mine for e in env):
             continue
         found = {}
         for item in env:
@@ -182,11 +185,11 @@ def job_environment(job_id):
     return {}
 
 
-def choose_interface(ifname, job_id):
+def choose_interface(ifname, job_id, node):
     """(interface info, how it was chosen, notes)."""
     names = interfaces()
     notes = []
-    env = job_environment(job_id) if not ifname else {}
+    env = job_environment(job_id, node) if not ifname else {}
     candidates = []
     how = None
     if ifname:
@@ -549,7 +552,8 @@ def main(argv):
     deadline = t0 + float(args.get("deadline_s", 50.0))
     node = str(args.get("node") or os.environ.get("SLURMD_NODENAME") or os.uname().nodename)
     write_line("@SDG1-HELLO %s %d\n" % (node, os.getpid()))
-    chosen, how, notes = choose_interface(args.get("ifname") or "", str(args.get("job_id") or ""))
+    chosen, how, notes = choose_interface(args.get("ifname") or "", str(args.get("job_id") or ""),
+                                        node)
     doc = {"format": FORMAT, "node": node, "hostname": os.uname().nodename, "errors": [],
            "interface": chosen, "chosen_by": how, "notes": notes, "results": [],
            "python": "%d.%d.%d" % sys.version_info[:3]}

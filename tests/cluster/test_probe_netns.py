@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -199,3 +200,37 @@ def test_the_collective_check_passes_clean_and_bisects_a_broken_pair(cluster):
     assert c is not None and c.status == "failed", c
     assert c.smallest_failing == (("nsnode1", "nsnode2"),), c
     assert "probe_collective_failed" in named(broken)
+
+
+def test_probe_into_a_running_job_uses_the_interface_its_ranks_are_told_to_use(cluster, tmp_path):
+    # GIVEN a running job on the four nodes whose tasks carry NCCL_SOCKET_IFNAME=eth1
+    env = {**cluster.env(), "NCCL_SOCKET_IFNAME": "eth1"}
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "-N", "4", "--ntasks-per-node=1", f"--chdir={tmp_path}",
+         "--output=/dev/null", "--wrap", "srun sleep 300"],
+        env=env, capture_output=True, text=True, timeout=30, check=True)
+    job_id = submitted.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the job's step runs on every node
+            steps = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], env=env,
+                                   capture_output=True, text=True, timeout=30).stdout.split()
+            if f"{job_id}.0" in steps:
+                break
+            time.sleep(0.5)
+        time.sleep(1.0)
+        # WHEN probing the job (no --ifname)
+        snapshot = probe(job_id, timeout_s=30.0, collective=False)
+    finally:
+        subprocess.run(["scancel", job_id], env=env, timeout=30, check=False)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and subprocess.run(
+                ["squeue", "-h", "-j", job_id, "-o", "%i"], env=env, capture_output=True,
+                text=True, timeout=30).stdout.strip():
+            time.sleep(0.5)
+    # THEN every node chose eth1 from the job's environment, and found nothing wrong
+    assert snapshot.job.id == job_id and snapshot.probe.mode == "job"
+    assert {(n.interface, n.chosen_by) for n in snapshot.probe.nodes} == {
+        ("eth1", "the job's NCCL_SOCKET_IFNAME=eth1")}, snapshot.probe.nodes
+    assert [v.kind for v in snapshot.verdicts] == ["probe_clean"], named(snapshot)
+    assert snapshot.probe.duration_s < 15, snapshot.probe.duration_s
