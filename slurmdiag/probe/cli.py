@@ -85,6 +85,9 @@ def summary_lines(snapshot: Snapshot) -> list[str]:
     for n in p.nodes:
         lines.append(f"  {n.name:<12} {n.status:<11} {n.interface or '-'} {n.address or '-'} "
                      f"mtu {n.mtu or '-'} ({clean(n.chosen_by or n.message or '')})")
+    from slurmdiag.probe.view import matrix_lines
+
+    lines += matrix_lines(p)
     if p.collective is not None:
         lines.append(f"  collective check: {p.collective.status}"
                      + (f" ({clean(p.collective.message)})" if p.collective.message else ""))
