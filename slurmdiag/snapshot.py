@@ -334,7 +334,10 @@ class Snapshot:
     probe: Probe | None = None  # slurmdiag probe's results (absent in attach snapshots)
 
     def to_dict(self) -> dict[str, Any]:
-        return to_jsonable(self)
+        data = to_jsonable(self)
+        if data.get("probe") is None:  # optional: attach snapshots stay as they were
+            data.pop("probe", None)
+        return data
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
