@@ -5,7 +5,8 @@ Rules, in order, each removing what it explains before the next one looks:
 1. A node that took no part (no address, no result) or whose chosen interface is down.
 2. A node every one of whose pairs failed (connect or transfer, either direction) while at least
    two other nodes answered: the node, not its links. Applied greedily, worst node first.
-3. Each pair that still failed: the link.
+3. When every pair of the remaining nodes failed: no path at all (the wrong interface, or the
+   fabric is down), one verdict rather than a link each. Else each pair that failed: the link.
 4. MTU: the nodes whose interface MTU differs from the most common one (a tie names the smaller
    MTU, which cannot take the others' packets); else links whose don't-fragment probe at the
    sender's MTU was lost while a 64-byte datagram came back (a smaller path MTU on the way).
@@ -76,7 +77,7 @@ def probe_verdicts(probe: Probe | None) -> list[Verdict]:
             pairs = [_pair(n, m) for m in alive if m != n]
             if pairs and all(p in failed for p in pairs):
                 worst.append(n)
-        # when every pair fails nothing singles a node out; stop there
+        # when every pair fails nothing singles a node out; stop there (see probe_no_path)
         if not worst or len(worst) == len(alive):
             break
         name = worst[0]
@@ -92,6 +93,19 @@ def probe_verdicts(probe: Probe | None) -> list[Verdict]:
         verdicts.append(Verdict(kind="probe_bad_node", severity="critical",
                                 summary=f"node {name}: {reason}", evidence=tuple(evidence),
                                 next_step=_node_next_step([name], reason)))
+    among = [_pair(a, b) for i, a in enumerate(alive) for b in alive[i + 1:]]
+    if len(alive) >= 3 and all(p in failed for p in among):
+        names = ", ".join(alive)
+        ifaces = sorted({f"{n.interface}" for n in probe.nodes if n.name in alive})
+        verdicts.append(Verdict(
+            kind="probe_no_path", severity="critical",
+            summary=f"no two of {names} could exchange data over {', '.join(ifaces)}: the "
+            "interface is the wrong one, or its network is down for all of them",
+            evidence=tuple(f"{x.source} -> {x.target}: {x.error}" for p in among
+                           for x in links_of.get(p, ()) if x.error)[:6],
+            next_step="check the interface the job uses (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, "
+            "slurmdiag probe --ifname) and the fabric's switch"))
+        failed -= set(among)
     for a, b in sorted(failed):
         if a in bad_nodes or b in bad_nodes:
             continue

@@ -379,11 +379,11 @@ def test_peer(me, name, peer, args):
 
 
 def schedule(n):
-    """Rounds of peer offsets: 1..n-1 split into ceil(log2 n) slices (at least one)."""
+    """Rounds of peer offsets: 1..n-1 split evenly into ceil(log2 n) slices (none for n < 2)."""
     offsets = list(range(1, n))
-    rounds = max(1, (n - 1).bit_length()) if n > 1 else 0
-    size = -(-len(offsets) // rounds) if rounds else 0
-    return [offsets[i:i + size] for i in range(0, len(offsets), size)] if size else []
+    rounds = (n - 1).bit_length() if n > 1 else 0
+    return [offsets[r * len(offsets) // rounds:(r + 1) * len(offsets) // rounds]
+            for r in range(rounds)]
 
 
 def run_rounds(me, order, peers, args, deadline):
