@@ -141,14 +141,23 @@ def _mtu_verdicts(probe: Probe, bad: set[str]) -> list[Verdict]:
             evidence=tuple(lost) or ("no don't-fragment probe was lost",),
             next_step=_node_next_step(odd, f"MTU {mtus[odd[0]]} instead of {usual}")
             + " — or set the same MTU on every node's interface")]
-    out = []
+    # A lost echo does not say which way the big packet failed: the probe's own send failing
+    # (EMSGSIZE: its route's MTU is smaller) does. One verdict per pair of nodes.
+    lost: dict[tuple[str, str], list[ProbeLink]] = {}
     for link in probe.links:
         if link.mtu_ok is False and link.small_ok and link.source not in bad and link.target not in bad:
-            out.append(Verdict(
-                kind="probe_path_mtu", severity="warning",
-                summary=f"path {link.source} -> {link.target} drops {link.mtu_size}-byte packets "
-                "(the interface MTU) but carries small ones",
-                evidence=(f"{link.mtu_error}",), next_step=_link_next_step(link.source, link.target)))
+            lost.setdefault(_pair(link.source, link.target), []).append(link)
+    out = []
+    for (a, b), links in sorted(lost.items()):
+        local = [x for x in links if (x.mtu_error or "").startswith("send failed")]
+        where = (f"path {local[0].source} -> {local[0].target}" if len(local) == 1
+                 else f"path between {a} and {b}")
+        out.append(Verdict(
+            kind="probe_path_mtu", severity="warning",
+            summary=f"{where} drops {links[0].mtu_size}-byte packets (the interface MTU) but "
+            "carries small ones",
+            evidence=tuple(f"{x.source} -> {x.target}: {x.mtu_error}" for x in links),
+            next_step=_link_next_step(a, b)))
     return out
 
 

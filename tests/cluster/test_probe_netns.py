@@ -22,6 +22,7 @@ from support.netns_cluster import (
     link_down,
     mtu,
     node_pids,
+    route_mtu,
     slow_link,
     start_netns_cluster,
 )
@@ -128,6 +129,17 @@ def test_an_mtu_mismatch_names_the_node(cluster):
     assert all(x.connect and not x.error for x in snapshot.probe.links)
     verdict = snapshot.verdicts[0]
     assert 'scontrol update NodeName=nsnode3 State=DRAIN Reason="' in verdict.next_step
+
+
+def test_a_smaller_path_mtu_on_one_route_names_that_path(cluster):
+    # GIVEN nsnode1's route to nsnode2 has a smaller MTU than the interfaces (all 1500)
+    with route_mtu("nsnode1", cluster.data["nsnode2"], "eth1", 1400):
+        snapshot = run()
+    # THEN the don't-fragment probe (and only it) fails on that path; TCP still works
+    kinds = named(snapshot)
+    assert set(kinds) == {"probe_path_mtu"}, kinds
+    (summary,) = kinds["probe_path_mtu"]
+    assert summary.startswith("path nsnode1 -> nsnode2 drops 1500-byte packets")
 
 
 def test_an_interface_down_names_the_node(cluster):

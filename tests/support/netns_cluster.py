@@ -237,3 +237,14 @@ def slow_link(node: str, dev: str, address: str, rate: str = "1mbit") -> Iterato
 def node_pids(node: str) -> list[int]:
     out = sh("ip", "netns", "pids", _netns(node), check=False).stdout.split()
     return [int(p) for p in out if p.isdigit()]
+
+
+@contextlib.contextmanager
+def route_mtu(node: str, address: str, dev: str, value: int) -> Iterator[None]:
+    """A route from ``node`` to ``address`` whose MTU is below the interface's (a tunnel, a
+    smaller hop): full-size packets that may not be fragmented cannot go."""
+    in_node(node, "ip", "route", "add", f"{address}/32", "dev", dev, "mtu", "lock", str(value))
+    try:
+        yield
+    finally:
+        in_node(node, "ip", "route", "del", f"{address}/32", "dev", dev, check=False)
