@@ -132,13 +132,13 @@ def _mtu_verdicts(probe: Probe, bad: set[str]) -> list[Verdict]:
         top = max(counts.values())
         usual = max(m for m, c in counts.items() if c == top)
         odd = sorted(n for n, m in mtus.items() if m != usual)
-        lost = [f"{x.source} -> {x.target}: {x.mtu_size}-byte packet {x.mtu_error}"
-                for x in probe.links if x.mtu_ok is False][:6]
+        dropped = [f"{x.source} -> {x.target}: {x.mtu_size}-byte packet {x.mtu_error}"
+                   for x in probe.links if x.mtu_ok is False][:6]
         return [Verdict(
             kind="probe_mtu_mismatch", severity="critical",
             summary=f"MTU mismatch: {', '.join(f'{n} ({mtus[n]})' for n in odd)} against "
             f"{usual} on the other nodes",
-            evidence=tuple(lost) or ("no don't-fragment probe was lost",),
+            evidence=tuple(dropped) or ("no don't-fragment probe was lost",),
             next_step=_node_next_step(odd, f"MTU {mtus[odd[0]]} instead of {usual}")
             + " — or set the same MTU on every node's interface")]
     # A lost echo does not say which way the big packet failed: the probe's own send failing

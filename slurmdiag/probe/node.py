@@ -19,9 +19,12 @@ broadcast to every task):
    and a 64-byte one (to tell an MTU problem from a blocked path).
 4. Optionally a gloo all_reduce through torch (``torch_python``) in groups that halve the order
    level by level (the controller names the smallest failing group).
-5. Print the framed result document, keep serving peers until the controller writes ``end``
-   on stdin or the deadline comes, then exit (every thread is a daemon, the torch child is
-   killed).
+   Started at once (importing torch takes seconds), told the groups once the map is in.
+5. The link tests' document is framed as soon as the rounds are over, the collective check's
+   as ``NODE/collective`` after it; then keep serving peers until the controller writes ``end``
+   on stdin or the deadline comes, and exit (every thread is a daemon, the torch child is
+   killed). The deadline is the earlier of ``deadline_s`` after start and ``deadline_at`` (the
+   controller's wall clock).
 """
 
 import json
@@ -35,6 +38,7 @@ import threading
 import time
 
 FORMAT = "slurmdiag-probe/1"
+COLLECTIVE_SUFFIX = "/collective"  # the collective check's document is framed as NODE/collective
 CHUNK_CHARS = 600
 IP_MTU_DISCOVER = 10
 IP_PMTUDISC_DO = 2
@@ -549,7 +553,10 @@ def main(argv):
         args = json.loads(argv[1]) if len(argv) > 1 else {}
     except ValueError:
         args = {}
-    deadline = t0 + float(args.get("deadline_s", 50.0))
+    budget = float(args.get("deadline_s", 50.0))
+    if args.get("deadline_at"):  # the controller's clock: a step that started late ends in time
+        budget = min(budget, max(1.0, float(args["deadline_at"]) - time.time()))
+    deadline = t0 + budget
     node = str(args.get("node") or os.environ.get("SLURMD_NODENAME") or os.uname().nodename)
     write_line("@SDG1-HELLO %s %d\n" % (node, os.getpid()))
     chosen, how, notes = choose_interface(args.get("ifname") or "", str(args.get("job_id") or ""),
@@ -596,16 +603,20 @@ def main(argv):
         doc["results"] = run_rounds(me, order, peers, args, deadline - 1.0)
         doc["rounds"] = len(schedule(len(order)))
         doc["tests_s"] = round(time.monotonic() - t0, 3)
-        doc["collective"] = collective(torch_proc, order, peers, node, deadline - 1.0,
-                                       float(args.get("collective_timeout_s", 8.0)))
+    doc["duration_s"] = round(time.monotonic() - t0, 3)
+    # the link tests go out now: a stalled collective check below cannot take them along
+    for frame in frame_lines(node, doc):
+        write_line(frame)
+    if plan and listening and torch_proc is not None:
+        result = collective(torch_proc, plan["order"], plan["peers"], node, deadline - 1.0,
+                            float(args.get("collective_timeout_s", 8.0)))
         torch_proc = None
+        for frame in frame_lines(node + COLLECTIVE_SUFFIX, {"format": FORMAT, "node": node,
+                                                             "collective": result}):
+            write_line(frame)
     if torch_proc is not None and not isinstance(torch_proc, OSError):
         torch_proc.kill()
         torch_proc.wait()
-    doc["served"] = len(state["served"])
-    doc["duration_s"] = round(time.monotonic() - t0, 3)
-    for frame in frame_lines(node, doc):
-        write_line(frame)
     # keep answering the peers' tests until the controller says every node is done
     while plan and time.monotonic() < deadline:
         rest = read_stdin_line(deadline)

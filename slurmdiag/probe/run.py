@@ -28,11 +28,12 @@ from typing import Any
 from slurmdiag.snapshot import Probe, ProbeCollective, ProbeGroup, ProbeLink, ProbeNode
 from slurmdiag.transport import collect
 from slurmdiag.transport.collect import CollectOptions, NodeOutcome
-from slurmdiag.transport.framing import FRAME_TAG
+from slurmdiag.transport.framing import FRAME_TAG, decode_frames
 from slurmdiag.transport.run import CommandResult, end_group, run_command, spawn_interactive
 
 STEP_NAME = "slurmdiag-probe"
 ADDR_TAG = "@SDG1-ADDR "
+COLLECTIVE_SUFFIX = "/collective"  # as in node.py: the collective check's own document
 PROBE_FORMAT = "slurmdiag-probe/1"
 
 
@@ -68,6 +69,7 @@ def probe_args(job_id: str | None, options: ProbeOptions) -> dict[str, Any]:
         "collective": options.collective,
         "torch_python": torch_python if options.collective else "",
         "collective_timeout_s": max(3.0, min(10.0, options.timeout_s / 8)),
+        "deadline_at": round(time.time() + options.timeout_s - margin, 3),
     }
 
 
@@ -107,7 +109,7 @@ class StepOutput:
 
 
 def run_step(argv: Sequence[str], nodes: Sequence[str], timeout_s: float,
-             env: Mapping[str, str]) -> StepOutput:
+             env: Mapping[str, str], collective: bool = False) -> StepOutput:
     """Run the step: peer map out once every node said where it listens, ``end`` once every
     node sent its document (or at the deadline); the step is ended and its output returned."""
     start = time.monotonic()
@@ -174,7 +176,9 @@ def run_step(argv: Sequence[str], nodes: Sequence[str], timeout_s: float,
             order = [n for n in nodes if addresses.get(n, {}).get("listening")]
             send(json.dumps({"order": order, "peers": {n: addresses[n] for n in order}}) + "\n")
             map_sent = True
-        if map_sent and not end_sent and set(addresses) <= finished:
+        listening = {n for n, a in addresses.items() if a.get("listening")}
+        wanted = set(addresses) | ({n + COLLECTIVE_SUFFIX for n in listening} if collective else set())
+        if map_sent and not end_sent and wanted <= finished:
             send("end\n")
             end_sent = True
             try:
@@ -213,7 +217,8 @@ def run_probe(job_id: str | None, nodes: Sequence[str], options: ProbeOptions,
     environ = os.environ if environ is None else environ
     step_name = STEP_NAME if job_id is not None else f"{STEP_NAME}-{uuid.uuid4().hex[:8]}"
     argv = probe_argv(job_id, nodes, options, step_name)
-    step = run_step(argv, nodes, options.timeout_s, probe_environment(environ))
+    step = run_step(argv, nodes, options.timeout_s, probe_environment(environ),
+                    collective=options.collective)
     warnings: list[str] = []
     if step.result.timed_out:
         left = cancel_leftovers(job_id, step_name)
@@ -221,8 +226,11 @@ def run_probe(job_id: str | None, nodes: Sequence[str], options: ProbeOptions,
             warnings.append(f"cancelled leftover probe step(s): {', '.join(left)}")
     fanout = collect.outcomes_from_output(nodes, step.result, "srun")
     warnings += fanout.warnings
+    documents = decode_frames(step.result.stdout).documents
+    collectives = {n: documents[n + COLLECTIVE_SUFFIX].get("collective")
+                   for n in nodes if n + COLLECTIVE_SUFFIX in documents}
     return assemble_probe("job" if job_id is not None else "nodes", nodes, fanout.nodes,
-                          step.addresses, step.result.duration_s, warnings)
+                          step.addresses, step.result.duration_s, warnings, collectives)
 
 
 # ------------------------------------------------------------------ documents -> Probe (pure)
@@ -255,11 +263,12 @@ def _link(source: str, entry: Mapping[str, Any]) -> ProbeLink:
 
 def assemble_probe(mode: str, nodes: Sequence[str], outcomes: Mapping[str, NodeOutcome],
                    addresses: Mapping[str, Mapping[str, Any]], duration_s: float,
-                   warnings: Sequence[str] = ()) -> Probe:
-    """The Probe section from each node's outcome and announced address (pure)."""
+                   warnings: Sequence[str] = (),
+                   collectives: Mapping[str, Mapping[str, Any] | None] | None = None) -> Probe:
+    """The Probe section from each node's outcome, announced address and collective check
+    document (pure)."""
     probe_nodes, links = [], []
     rounds = 0
-    collectives: dict[str, Mapping[str, Any] | None] = {}
     for name in nodes:
         outcome = outcomes.get(name)
         doc = outcome.document if outcome and outcome.status == "ok" else None
@@ -283,9 +292,8 @@ def assemble_probe(mode: str, nodes: Sequence[str], outcomes: Mapping[str, NodeO
         if doc is not None:
             links += [_link(name, e) for e in doc.get("results") or () if isinstance(e, dict)]
             rounds = max(rounds, int(doc.get("rounds") or 0))
-            collectives[name] = doc.get("collective")
     return Probe(mode=mode, nodes=tuple(probe_nodes), links=tuple(links), rounds=rounds,
-                 duration_s=round(duration_s, 3), collective=assemble_collective(nodes, collectives),
+                 duration_s=round(duration_s, 3), collective=assemble_collective(nodes, collectives or {}),
                  warnings=tuple(warnings))
 
 

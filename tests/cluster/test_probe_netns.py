@@ -202,12 +202,12 @@ def test_a_node_whose_probe_never_answers_is_named_and_the_run_stays_bounded(clu
 
 def test_the_collective_check_passes_clean_and_bisects_a_broken_pair(cluster):
     # WHEN the gloo all_reduce runs across the four nodes (torch from the shared venv)
-    clean = run(timeout_s=60.0, collective=True)
+    clean = run(timeout_s=120.0, collective=True)
     assert clean.probe.collective is not None
     assert clean.probe.collective.status == "ok", clean.probe.collective
     # AND with nsnode1 unable to reach nsnode2 it fails, and the bisection names that pair
     with blackhole("nsnode1", cluster.data["nsnode2"]):
-        broken = run(timeout_s=60.0, collective=True)
+        broken = run(timeout_s=120.0, collective=True)
     c = broken.probe.collective
     assert c is not None and c.status == "failed", c
     assert c.smallest_failing == (("nsnode1", "nsnode2"),), c
