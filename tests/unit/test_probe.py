@@ -220,3 +220,15 @@ def test_usage_errors_exit_2_with_a_hint(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "hint: " in err
+
+
+def test_the_terminal_summary_gives_the_verdict_the_next_step_and_the_matrix():
+    from slurmdiag.probe.cli import summary_lines
+
+    lines = summary_lines(load("blackhole_nsnode1_nsnode2"))
+    text = "\n".join(lines)
+    assert "[critical] probe_bad_link: link nsnode1 <-> nsnode2" in text
+    assert "next: have the link between nsnode1 and nsnode2 checked" in text
+    matrix = [line for line in lines if line.startswith("  nsnode")][-4:]
+    assert matrix[0].split()[1:5] == ["-", "X", ".", "."]
+    assert matrix[1].split()[1:5] == ["X", "-", ".", "."]
