@@ -29,7 +29,7 @@ from slurmdiag.snapshot import Probe, ProbeCollective, ProbeGroup, ProbeLink, Pr
 from slurmdiag.transport import collect
 from slurmdiag.transport.collect import CollectOptions, NodeOutcome
 from slurmdiag.transport.framing import FRAME_TAG, decode_frames
-from slurmdiag.transport.run import CommandResult, end_group, run_command, spawn_interactive
+from slurmdiag.transport.run import CommandResult, end_group, spawn_interactive
 
 STEP_NAME = "slurmdiag-probe"
 ADDR_TAG = "@SDG1-ADDR "
@@ -195,22 +195,6 @@ def run_step(argv: Sequence[str], nodes: Sequence[str], timeout_s: float,
     return StepOutput(addresses, result)
 
 
-def cancel_leftovers(job_id: str | None, step_name: str) -> list[str]:
-    """scancel what the step left in Slurm after a timeout: our step of the job, or our own
-    fresh allocation (found by its unique name)."""
-    if job_id is not None:
-        listing = run_command(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"], 10.0)
-    else:
-        listing = run_command(["squeue", "-h", "--name", step_name, "-o", "%i %j"], 10.0)
-    cancelled = []
-    for line in listing.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1] == step_name:
-            run_command(["scancel", "--quiet", parts[0]], 10.0)
-            cancelled.append(parts[0])
-    return cancelled
-
-
 def run_probe(job_id: str | None, nodes: Sequence[str], options: ProbeOptions,
               environ: Mapping[str, str] | None = None) -> Probe:
     """Probe the network between ``nodes`` (of job ``job_id``, or a fresh allocation)."""
@@ -221,7 +205,7 @@ def run_probe(job_id: str | None, nodes: Sequence[str], options: ProbeOptions,
                     collective=options.collective)
     warnings: list[str] = []
     if step.result.timed_out:
-        left = cancel_leftovers(job_id, step_name)
+        left = collect.cancel_leftover_steps(job_id, step_name=step_name)
         if left:
             warnings.append(f"cancelled leftover probe step(s): {', '.join(left)}")
     fanout = collect.outcomes_from_output(nodes, step.result, "srun")

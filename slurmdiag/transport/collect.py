@@ -350,14 +350,21 @@ def srun_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def cancel_leftover_steps(
-    job_id: str, runner: Callable[..., CommandResult] = run_command
+    job_id: str | None, runner: Callable[..., CommandResult] = run_command, *,
+    step_name: str = STEP_NAME,
 ) -> list[str]:
-    """scancel any collector step of ours still known to Slurm (srun was ended on timeout)."""
-    listing = runner(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"], 10.0)
+    """scancel any collector step of ours still known to Slurm (srun was ended on timeout).
+
+    ``job_id`` None: our own allocation (``slurmdiag probe --nodes``), found by its unique name.
+    """
+    if job_id is None:
+        listing = runner(["squeue", "-h", "--name", step_name, "-o", "%i %j"], 10.0)
+    else:
+        listing = runner(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"], 10.0)
     cancelled = []
     for line in listing.stdout.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1] == STEP_NAME:
+        if len(parts) == 2 and parts[1] == step_name:
             runner(["scancel", "--quiet", parts[0]], 10.0)
             cancelled.append(parts[0])
     return cancelled
