@@ -9,7 +9,7 @@ broadcast to every task):
 
 1. On start: pick the interface (``ifname`` argument, else the job's NCCL_SOCKET_IFNAME /
    GLOO_SOCKET_IFNAME / NCCL_IB_HCA read from a process of the job on this node, else the
-   default route), open a TCP listener and a UDP echo socket on its address and print
+   interface of the job's established TCP connections, else the default route), open a TCP listener and a UDP echo socket on its address and print
    ``@SDG1-ADDR <node> <json>`` (address, ports, MTU, interface state).
 2. Read the peer map from stdin: one JSON line ``{"order": [...], "peers": {node: {...}}}``.
 3. Test every other node in ceil(log2 N) rounds: in round r this node tests the peers at the
@@ -49,6 +49,7 @@ SIOCGIFFLAGS = 0x8913
 IFF_UP = 0x1
 IFF_RUNNING = 0x40
 ENV_KEYS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA")
+SLURM_CLIENTS = ("srun", "salloc", "sbatch", "sattach", "scontrol", "squeue", "slurmstepd")
 _out_lock = threading.Lock()
 
 
@@ -161,14 +162,15 @@ def default_route_interface():
     return None
 
 
-def job_environment(job_id, node):
-    """The allowlisted network variables of a process of ``job_id`` on this node (a process
-    whose environment names another node is not ours: several slurmd can share one host)."""
+def job_processes(job_id, node):
+    """(pid, allowlisted network variables) of each process of ``job_id`` on this node (a
+    process whose environment names another node is not ours: several slurmd share one host)."""
     if not job_id:
-        return {}
+        return []
     want = ("SLURM_JOB_ID=%s" % job_id).encode()
     prefix = b"SLURMD_NODENAME="
     mine = prefix + node.encode()
+    out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
@@ -179,21 +181,50 @@ def job_environment(job_id, node):
             continue
         if want not in env or any(e.startswith(prefix) and e != mine for e in env):
             continue
+        if (_read("/proc/%s/comm" % pid) or "") in SLURM_CLIENTS:
+            continue  # srun on the batch node talks to Slurm, not to the other ranks
         found = {}
         for item in env:
             key, _, value = item.decode("utf-8", "replace").partition("=")
             if key in ENV_KEYS and value:
                 found[key] = value
-        if found:
-            return found
-    return {}
+        out.append((int(pid), found))
+    return out
+
+
+def socket_addresses(pids):
+    """Local IPv4 addresses of the established TCP connections of ``pids``, most used first
+    (what the job's ranks really talk over, as attach sees it)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir("/proc/%d/fd" % pid):
+                try:
+                    link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+                except OSError:
+                    continue
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    counts = {}
+    for line in (_read("/proc/net/tcp") or "").splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10 or parts[3] != "01" or parts[9] not in inodes:
+            continue
+        address = socket.inet_ntoa(struct.pack("<I", int(parts[1].split(":")[0], 16)))
+        if not address.startswith("127."):
+            counts[address] = counts.get(address, 0) + 1
+    return sorted(counts, key=lambda a: -counts[a])
 
 
 def choose_interface(ifname, job_id, node):
-    """(interface info, how it was chosen, notes)."""
+    """(interface info, how it was chosen, notes): --ifname, else the job's variables, else the
+    interface of the job's own established connections, else the default route."""
     names = interfaces()
     notes = []
-    env = job_environment(job_id, node) if not ifname else {}
+    procs = job_processes(job_id, node) if not ifname else []
+    env = next((found for _, found in procs if found), {})
     candidates = []
     how = None
     if ifname:
@@ -206,6 +237,13 @@ def choose_interface(ifname, job_id, node):
                     candidates, how = found, "the job's %s=%s" % (key, env[key])
                     break
                 notes.append("the job's %s=%s matches no interface here" % (key, env[key]))
+    if not candidates and procs:
+        by_address = {ipv4_address(n): n for n in names}
+        for address in socket_addresses([pid for pid, _ in procs]):
+            if by_address.get(address):
+                candidates = [by_address[address]]
+                how = "the job's connections (from %s)" % address
+                break
     if not candidates:
         route = default_route_interface()
         if route:

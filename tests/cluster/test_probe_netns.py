@@ -8,12 +8,14 @@ exactly the faulty node or link, and that no probe process is left on the host.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from support.netns_cluster import (
@@ -214,12 +216,13 @@ def test_the_collective_check_passes_clean_and_bisects_a_broken_pair(cluster):
     assert "probe_collective_failed" in named(broken)
 
 
-def test_probe_into_a_running_job_uses_the_interface_its_ranks_are_told_to_use(cluster, tmp_path):
-    # GIVEN a running job on the four nodes whose tasks carry NCCL_SOCKET_IFNAME=eth1
-    env = {**cluster.env(), "NCCL_SOCKET_IFNAME": "eth1"}
+@contextlib.contextmanager
+def running_job(env: dict[str, str], workdir: Path, nodes: str, command: str) -> Iterator[str]:
+    """A batch job whose one step (a task per node) runs ``command``; cancelled and gone after."""
     submitted = subprocess.run(
-        ["sbatch", "--parsable", "-N", "4", "--ntasks-per-node=1", f"--chdir={tmp_path}",
-         "--output=/dev/null", "--wrap", "srun sleep 300"],
+        ["sbatch", "--parsable", f"--nodelist={nodes}", f"--nodes={nodes.count(',') + 1}",
+         "--ntasks-per-node=1", f"--chdir={workdir}", "--output=/dev/null",
+         "--wrap", f"srun {command}"],
         env=env, capture_output=True, text=True, timeout=30, check=True)
     job_id = submitted.stdout.strip().split(";")[0]
     try:
@@ -231,8 +234,7 @@ def test_probe_into_a_running_job_uses_the_interface_its_ranks_are_told_to_use(c
                 break
             time.sleep(0.5)
         time.sleep(1.0)
-        # WHEN probing the job (no --ifname)
-        snapshot = probe(job_id, timeout_s=30.0, collective=False)
+        yield job_id
     finally:
         subprocess.run(["scancel", job_id], env=env, timeout=30, check=False)
         end = time.monotonic() + 30
@@ -240,9 +242,46 @@ def test_probe_into_a_running_job_uses_the_interface_its_ranks_are_told_to_use(c
                 ["squeue", "-h", "-j", job_id, "-o", "%i"], env=env, capture_output=True,
                 text=True, timeout=30, check=False).stdout.strip():
             time.sleep(0.5)
+
+
+def test_probe_into_a_running_job_uses_the_interface_its_ranks_are_told_to_use(cluster, tmp_path):
+    # GIVEN a running job on the four nodes whose tasks carry NCCL_SOCKET_IFNAME=eth1
+    env = {**cluster.env(), "NCCL_SOCKET_IFNAME": "eth1"}
+    with running_job(env, tmp_path, ",".join(NODES), "sleep 300") as job_id:
+        # WHEN probing the job (no --ifname)
+        snapshot = probe(job_id, timeout_s=30.0, collective=False)
     # THEN every node chose eth1 from the job's environment, and found nothing wrong
     assert snapshot.job.id == job_id and snapshot.probe.mode == "job"
     assert {(n.interface, n.chosen_by) for n in snapshot.probe.nodes} == {
         ("eth1", "the job's NCCL_SOCKET_IFNAME=eth1")}, snapshot.probe.nodes
     assert [v.kind for v in snapshot.verdicts] == ["probe_clean"], named(snapshot)
     assert snapshot.probe.duration_s < 15, snapshot.probe.duration_s
+
+
+CONNECTED_PAIR = """python3 -c "
+import os, socket, time
+if os.environ['SLURM_PROCID'] == '0':
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(('0.0.0.0', 29555)); s.listen(1); c, _ = s.accept()
+else:
+    for _ in range(200):
+        try:
+            c = socket.create_connection(('{address}', 29555)); break
+        except OSError:
+            time.sleep(0.1)
+time.sleep(300)
+"
+"""
+
+
+def test_probe_into_a_job_without_variables_follows_its_connections(cluster, tmp_path):
+    # GIVEN a job whose two tasks hold a TCP connection over the data network, no NCCL/GLOO
+    # variables, and no default route in the namespaces (eth0 would be the first guess)
+    command = CONNECTED_PAIR.format(address=cluster.data["nsnode1"])
+    with running_job(cluster.env(), tmp_path, "nsnode1,nsnode2", command) as job_id:
+        snapshot = probe(job_id, timeout_s=30.0, collective=False)
+    # THEN each node tests the interface its connection goes through
+    chosen = {n.name: (n.interface, n.chosen_by) for n in snapshot.probe.nodes}
+    assert chosen == {name: ("eth1", f"the job's connections (from {cluster.data[name]})")
+                      for name in ("nsnode1", "nsnode2")}, chosen
+    assert [v.kind for v in snapshot.verdicts] == ["probe_clean"], named(snapshot)
