@@ -44,6 +44,7 @@ class ProbeOptions:
     transfer_bytes: int = 4 << 20  # per test and direction
     transfer_s: float = 1.0  # cap per direction
     connect_s: float = 2.0
+    parallel: int = 16  # tests a node runs at once (rounds: max(ceil(log2 N), ceil((N-1)/16)))
     collective: bool = True
     torch_python: str | None = None  # None: this interpreter (a venv on a shared file system)
     node_python: str | None = None
@@ -66,6 +67,7 @@ def probe_args(job_id: str | None, options: ProbeOptions) -> dict[str, Any]:
         "bytes": options.transfer_bytes,
         "xfer_s": options.transfer_s,
         "connect_s": options.connect_s,
+        "parallel": options.parallel,
         "collective": options.collective,
         "torch_python": torch_python if options.collective else "",
         "collective_timeout_s": max(3.0, min(10.0, options.timeout_s / 8)),
