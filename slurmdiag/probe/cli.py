@@ -7,11 +7,13 @@ import dataclasses
 import datetime as _dt
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import TransportFailed, UsageError
-from slurmdiag.snapshot import Job, Snapshot
+
+if TYPE_CHECKING:  # the snapshot module loads on use: `slurmdiag attach` starts srun sooner
+    from slurmdiag.snapshot import Snapshot
 
 
 def add_probe_arguments(sub: Any) -> None:
@@ -41,6 +43,7 @@ def probe(job_id: str | int | None = None, *, nodes: str | None = None, timeout_
     from slurmdiag.probe.analysis import probe_verdicts
     from slurmdiag.probe.run import ProbeOptions, run_probe
     from slurmdiag.slurm.parse import expand_hostlist
+    from slurmdiag.snapshot import Job, Snapshot
 
     if (job_id is None) == (nodes is None):
         raise UsageError("give either a job id or --nodes", hint="slurmdiag probe 123456, or "
