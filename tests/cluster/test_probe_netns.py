@@ -21,6 +21,7 @@ import pytest
 from support.netns_cluster import (
     available,
     blackhole,
+    in_node,
     link_down,
     mtu,
     node_pids,
@@ -274,11 +275,22 @@ time.sleep(300)
 """
 
 
+def connected(node: str, port: int) -> bool:
+    """An established TCP connection to ``port`` in the node's namespace."""
+    table = in_node(node, "cat", "/proc/net/tcp").stdout.splitlines()[1:]
+    return any(f":{port:04X} " in f"{line.split()[2]} " and line.split()[3] == "01"
+               for line in table if len(line.split()) > 3)
+
+
 def test_probe_into_a_job_without_variables_follows_its_connections(cluster, tmp_path):
     # GIVEN a job whose two tasks hold a TCP connection over the data network, no NCCL/GLOO
     # variables, and no default route in the namespaces (eth0 would be the first guess)
     command = CONNECTED_PAIR.format(address=cluster.data["nsnode1"])
     with running_job(cluster.env(), tmp_path, "nsnode1,nsnode2", command) as job_id:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not connected("nsnode2", 29555):
+            time.sleep(0.5)
+        assert connected("nsnode2", 29555), "the job's tasks never connected"
         snapshot = probe(job_id, timeout_s=30.0, collective=False)
     # THEN each node tests the interface its connection goes through
     chosen = {n.name: (n.interface, n.chosen_by) for n in snapshot.probe.nodes}
