@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # the snapshot module loads on use: `slurmdiag attach` starts
     from slurmdiag.snapshot import Snapshot
 
 
+FAULT_FOUND = 1  # exit code: a bad node, link or MTU was named
+
+
 def add_probe_arguments(sub: Any) -> None:
     probe = sub.add_parser(
         "probe", help="test the network between a job's nodes (or named nodes): name the bad node or link")
@@ -121,4 +124,5 @@ def run_probe_command(args: argparse.Namespace) -> int:
         print(f"error: no node answered ({first.name}: {first.message})", file=sys.stderr)
         print(f"hint: {TransportFailed('').hint}", file=sys.stderr)
         return TransportFailed.exit_code
-    return 0
+    # like `watch`: 1 when something was found, for scripts that probe before a relaunch
+    return FAULT_FOUND if any(v.severity != "info" for v in snapshot.verdicts) else 0

@@ -30,6 +30,7 @@ from support.netns_cluster import (
     start_netns_cluster,
 )
 
+from slurmdiag.cli import main
 from slurmdiag.probe.cli import probe
 from slurmdiag.snapshot import Snapshot
 
@@ -145,13 +146,20 @@ def test_a_smaller_path_mtu_on_one_route_names_that_path(cluster):
     assert summary.startswith("path nsnode1 -> nsnode2 drops 1500-byte packets")
 
 
-def test_an_interface_down_names_the_node(cluster):
+def test_an_interface_down_names_the_node(cluster, tmp_path, capsys):
+    # WHEN the command line probes the nodes while nsnode2's eth1 is down
     with link_down("nsnode2", "eth1"):
-        snapshot = run()
+        code = main(["probe", "--nodes", HOSTLIST, "--ifname", "eth1", "--no-collective",
+                     "--timeout", "30", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    snapshot = Snapshot.from_json((tmp_path / "snapshot.json").read_text())
     kinds = named(snapshot)
     assert set(kinds) == {"probe_bad_node"}, kinds
     (summary,) = kinds["probe_bad_node"]
     assert summary.startswith("node nsnode2:") and "eth1 is down" in summary
+    # THEN it exits 1 (a fault was named) and prints the line that drains the node
+    assert code == 1
+    assert 'scontrol update NodeName=nsnode2 State=DRAIN Reason="slurmdiag probe: interface eth1 is down"' in out
 
 
 def test_a_slow_link_names_that_link(cluster):
