@@ -21,7 +21,9 @@ FAULT_FOUND = 1  # exit code: a bad node, link or MTU was named
 
 def add_probe_arguments(sub: Any) -> None:
     probe = sub.add_parser(
-        "probe", help="test the network between a job's nodes (or named nodes): name the bad node or link")
+        "probe", help="test the network between a job's nodes (or named nodes): name the bad node or link",
+        epilog="Exit codes: 0 nothing wrong found, 1 a bad node, link or MTU was named, 2 usage, "
+        "3 job not found, 4 job not running, 5 Slurm unavailable, 6 no node answered.")
     probe.add_argument("job_id", nargs="?", help="a running job: probe inside its allocation (--overlap)")
     probe.add_argument("--nodes", metavar="HOSTLIST",
                        help="probe these nodes in a fresh allocation instead (node[001-016])")
