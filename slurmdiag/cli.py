@@ -2,7 +2,7 @@
 
 Exit codes (every command):
     0   success (attach/report: the snapshot or report was produced; watch: nothing stuck)
-    1   watch only: stuck jobs were found
+    1   watch: stuck jobs were found; probe: a bad node, link or MTU was named
     2   usage error (bad arguments, bad job id form)
     3   job not found            4   job not running (pending, suspended, finished)
     5   Slurm unavailable        6   transport failed on every node
@@ -93,9 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="slurmdiag",
         description="Diagnose a hung multi-node PyTorch job on Slurm: which rank, where, why.",
-        epilog="Exit codes: 0 ok, 1 stuck jobs found (watch), 2 usage, 3 job not found, "
+        epilog="Exit codes: 0 ok, 1 stuck jobs found (watch) or a bad node or link (probe), 2 usage, 3 job not found, "
         "4 job not running, 5 Slurm unavailable, 6 transport failed, 7 config, "
-        "8 missing extra, 9 unreadable input, 10 internal, 11 not permitted "
+        "8 missing extra, 9 unreadable input, 10 internal, 11 not permitted, 12 a doctor check failed "
         "(watch --check-heartbeat: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).",
     )
     parser.add_argument("--version", action="version", version=f"slurmdiag {__version__}")
@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_config_arguments(sub)
     _add_doctor(sub)
     _add_completion(sub)
+    from slurmdiag.probe.cli import add_probe_arguments
+
+    add_probe_arguments(sub)
     return parser
 
 

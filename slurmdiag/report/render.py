@@ -285,6 +285,8 @@ class ReportView:
     log_findings: tuple[LogFindingView, ...]
     log_findings_omitted: int
     generated_by: str
+    probe: Any = None  # slurmdiag.probe.view.ProbeView when the snapshot has a probe section
+    probe_only: bool = False  # a probe's snapshot: no stacks were collected
 
 
 # --------------------------------------------------------------------------------------------
@@ -533,7 +535,16 @@ def build_view(
         ),
         log_findings_omitted=max(0, len(findings) - MAX_LOG_FINDINGS),
         generated_by=f"slurmdiag {_version.__version__}",
+        **_probe_fields(snapshot),
     )
+
+
+def _probe_fields(snapshot: Snapshot) -> dict[str, Any]:
+    if snapshot.probe is None:
+        return {}
+    from slurmdiag.probe.view import probe_view
+
+    return {"probe": probe_view(snapshot.probe), "probe_only": not snapshot.nodes}
 
 
 def ordered_verdicts(analysis: Analysis) -> list[Verdict]:

@@ -182,3 +182,15 @@ def run_command(
         time.monotonic() - start,
         interrupted=interrupted,
     )
+
+
+def spawn_interactive(argv: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a command whose stdin the caller writes while reading its output (srun's stdin is
+    broadcast to every task: the probe's peer map). In its own session; end it with end_group."""
+    return subprocess.Popen(
+        list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None, start_new_session=True,
+    )
+
+
+end_group = _end_group
