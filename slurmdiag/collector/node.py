@@ -2160,7 +2160,9 @@ def collect(args, clock, doc, status):
     # TCP sockets are read while the first round's dumps run. strace and a blocking py-spy
     # cannot trace one process at once: strace traces the ranks from the end of the first round
     # on, and the later rounds read them with --nonblocking meanwhile (bench/README.md measures
-    # the choices); with --native every round needs the suspend, so strace comes after them.
+    # the choices: "strace_overlap" "first" (default), "start" (strace from the start, every
+    # round nonblocking), "off" (strace after sampling)); with --native every round needs the
+    # suspend, so strace comes after them.
     _enter_phase(status, "py-spy sampling")
     pyspy = tools["py-spy"]
     sockets = {}
@@ -2173,7 +2175,7 @@ def collect(args, clock, doc, status):
             sockets["by_pid"] = {}
             errors.append(f"sockets not read: collector bug: {exc!r}")
 
-    overlap = strace_s > 0 and not native and args.get("strace_overlap", True)
+    overlap = args.get("strace_overlap", "first") if strace_s > 0 and not native else "off"
     tracing = None  # (ranks traced, their strace tasks, the window's message) once started
     if not pyspy and samples and ranks:
         errors.append("py-spy not found: no stacks (install py-spy or pass its path)")
@@ -2190,6 +2192,8 @@ def collect(args, clock, doc, status):
                 )
                 break
             pump_until(lambda: False, due)  # the side task's and strace's tools run meanwhile
+            if k == 0 and overlap == "start" and ranks:
+                tracing = start_strace(ranks, tools["strace"], strace_s, clock, errors)
             targets = ranks + (workers if k == 0 else [])
             traced = set()
             if tracing and tracing[1]:
@@ -2220,7 +2224,7 @@ def collect(args, clock, doc, status):
                     for entry in ranks:
                         if entry["pid"] not in fr_requests:
                             fr_requests[entry["pid"]] = fr_request(entry["pid"], rank_envs[entry["pid"]])
-            if k == 0 and overlap and ranks:
+            if k == 0 and overlap == "first" and ranks and tracing is None:
                 tracing = start_strace(ranks, tools["strace"], strace_s, clock, errors)
         if done and ranks and all(s["threads"] is None for e in ranks for s in e["samples"]):
             errors.append("py-spy produced no stack for any rank")
