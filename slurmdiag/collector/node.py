@@ -1449,26 +1449,42 @@ def _netlink_dump(request, reply, handle):
     body = bytes(16 if request == RTM_GETLINK else 8)
     sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, 0)  # NETLINK_ROUTE
     try:
-        # nlmsghdr: length, type, flags NLM_F_REQUEST | NLM_F_DUMP, sequence, port id
-        header = _u(16 + len(body), 4) + _u(request, 2) + _u(0x301, 2) + _u(1, 4) + _u(0, 4)
-        sock.send(header + body)
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                raise OSError("netlink dump ended early")
-            offset = 0
-            while offset + 16 <= len(data):
-                length = _int(data[offset : offset + 4])
-                kind = _int(data[offset + 4 : offset + 6])
-                if kind == NLMSG_DONE:
-                    return
-                if kind == NLMSG_ERROR or length < 16:
-                    raise OSError("netlink error in a dump")
-                if kind == reply:
-                    handle(data[offset + 16 : offset + length])
-                offset += (length + 3) & ~3
+        sock.send(_dump_request(request, body))
+        for kind, data, offset, length in _netlink_messages(sock, "netlink"):
+            if kind == reply:
+                handle(data[offset + 16 : offset + length])
     finally:
         sock.close()
+
+
+def _netlink_messages(sock, what):
+    """(type, buffer, offset, length) of each message of the dump answering on ``sock``, until
+    NLMSG_DONE; OSError for an error message (its errno when it has one)."""
+    while True:
+        data = sock.recv(1 << 17)
+        if not data:
+            raise OSError(f"{what} dump ended early")
+        offset = 0
+        while offset + 16 <= len(data):
+            length = _int(data[offset : offset + 4])
+            kind = _int(data[offset + 4 : offset + 6])
+            if kind == NLMSG_DONE or kind == NLMSG_ERROR:
+                code = int.from_bytes(data[offset + 16 : offset + 20], sys.byteorder, signed=True)
+                if code < 0:
+                    raise OSError(-code, f"{what}: {os.strerror(-code)}")
+                if kind == NLMSG_ERROR:
+                    raise OSError(f"{what}: error in a dump")
+                return
+            if length < 16:
+                raise OSError(f"{what}: malformed message")
+            yield kind, data, offset, length
+            offset += (length + 3) & ~3
+
+
+def _dump_request(kind, body):
+    """A netlink dump request: nlmsghdr (length, type, flags NLM_F_REQUEST | NLM_F_DUMP,
+    sequence, port id), then ``body``."""
+    return _u(16 + len(body), 4) + _u(kind, 2) + _u(0x301, 2) + _u(1, 4) + _u(0, 4) + body
 
 
 def _attributes(msg, offset):
@@ -1699,34 +1715,19 @@ def sock_diag_tcp(family, wanted):
     import _socket
     import _struct
 
-    head, word = _struct.Struct("=IH"), _struct.Struct("=I")
+    word = _struct.Struct("=I")
     found = {}
     sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, NETLINK_SOCK_DIAG)
     try:
         # inet_diag_req_v2: family, protocol, no extensions, pad, states, a zero (any) sockid
         body = bytes([family, IPPROTO_TCP, 0, 0]) + _u(TCP_STATES_WITH_INODE, 4) + bytes(48)
-        # nlmsghdr: length, type, flags NLM_F_REQUEST | NLM_F_DUMP, sequence, port id
-        sock.send(_u(16 + len(body), 4) + _u(SOCK_DIAG_BY_FAMILY, 2) + _u(0x301, 2) + _u(1, 4)
-                  + _u(0, 4) + body)
-        while True:
-            data = sock.recv(1 << 17)
-            if not data:
-                raise OSError("sock_diag dump ended early")
-            offset = 0
-            while offset + 16 <= len(data):
-                length, kind = head.unpack_from(data, offset)
-                if kind == NLMSG_DONE or kind == NLMSG_ERROR:
-                    code = int.from_bytes(data[offset + 16 : offset + 20], sys.byteorder, signed=True)
-                    if code < 0 or (kind == NLMSG_ERROR and length < 20):
-                        raise OSError(-code, "sock_diag: " + os.strerror(-code))
-                    return found
-                if length < 16:
-                    raise OSError("sock_diag: malformed message")
-                if (kind == SOCK_DIAG_BY_FAMILY and length >= 16 + DIAG_MSG_LEN
-                        and word.unpack_from(data, offset + 84)[0] in wanted):
-                    msg = data[offset + 16 : offset + 16 + DIAG_MSG_LEN]
-                    found[_int(msg[68:72])] = _diag_socket(msg, family == _socket.AF_INET)
-                offset += (length + 3) & ~3
+        sock.send(_dump_request(SOCK_DIAG_BY_FAMILY, body))
+        for kind, data, offset, length in _netlink_messages(sock, "sock_diag"):
+            if (kind == SOCK_DIAG_BY_FAMILY and length >= 16 + DIAG_MSG_LEN
+                    and word.unpack_from(data, offset + 84)[0] in wanted):
+                msg = data[offset + 16 : offset + 16 + DIAG_MSG_LEN]
+                found[_int(msg[68:72])] = _diag_socket(msg, family == _socket.AF_INET)
+        return found
     finally:
         sock.close()
 
