@@ -1460,14 +1460,16 @@ def _netlink_dump(request, reply, handle):
 def _netlink_messages(sock, what):
     """(type, buffer, offset, length) of each message of the dump answering on ``sock``, until
     NLMSG_DONE; OSError for an error message (its errno when it has one)."""
+    import _struct
+
+    head = _struct.Struct("=IH").unpack_from  # nlmsghdr's length and type, read in place
     while True:
         data = sock.recv(1 << 17)
         if not data:
             raise OSError(f"{what} dump ended early")
-        offset = 0
-        while offset + 16 <= len(data):
-            length = _int(data[offset : offset + 4])
-            kind = _int(data[offset + 4 : offset + 6])
+        offset, size = 0, len(data)
+        while offset + 16 <= size:
+            length, kind = head(data, offset)
             if kind == NLMSG_DONE or kind == NLMSG_ERROR:
                 code = int.from_bytes(data[offset + 16 : offset + 20], sys.byteorder, signed=True)
                 if code < 0:
