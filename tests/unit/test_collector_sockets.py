@@ -137,3 +137,18 @@ def test_state_filter_keeps_every_state_a_process_can_hold() -> None:
     states = {s for s in range(1, 13) if collector.TCP_STATES_WITH_INODE >> s & 1}
     assert states == set(range(1, 12)) - {6}
     assert {int(k, 16) for k in collector.TCP_STATES} - states == {6, 12}
+
+
+def test_the_sockets_are_read_while_the_first_tools_run() -> None:
+    # GIVEN two tasks that each run a real tool for a moment
+    seen: list[tuple[int, int]] = []
+
+    def meanwhile() -> None:  # what the collector does with the sockets
+        seen.append((len(collector._LIVE), len(collector._TASKS)))
+
+    gens = (collector.tool_run(["sleep", "0.2"], 5.0) for _ in range(2))
+    # WHEN run with work of the collector's own
+    results = collector.run_tasks(gens, 8, meanwhile)
+    # THEN that work ran once, while both tools were alive, and the tools ended normally
+    assert seen == [(2, 2)]
+    assert [r[0] for r in results] == [0, 0]
