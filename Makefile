@@ -45,10 +45,16 @@ demo: setup cluster
 	$(VENV)/bin/python deploy/demo.py
 
 bench: setup
-	# bench_attach.py starts its own 32-node cluster; the test cluster is left alone
-	$(VENV)/bin/python bench/bench_attach.py
-	$(VENV)/bin/python bench/bench_analysis.py
-	$(VENV)/bin/python bench/bench_report.py
+	# bench_attach.py starts its own cluster (6917/18001-); the test cluster is left alone.
+	# Every run below runs to its end; make fails afterwards if any was over budget.
+	status=0; \
+	$(VENV)/bin/python bench/bench_attach.py --job torch --keep-cluster || status=1; \
+	$(VENV)/bin/python bench/bench_attach.py --keep-cluster || status=1; \
+	$(VENV)/bin/python bench/bench_attach.py --nodes 8 --ranks-per-node 8 --keep-cluster || status=1; \
+	$(VENV)/bin/python bench/bench_attach.py --scaling 8,32,128 || status=1; \
+	$(VENV)/bin/python bench/bench_analysis.py || status=1; \
+	$(VENV)/bin/python bench/bench_report.py || status=1; \
+	exit $$status
 
 lint: venv
 	$(VENV)/bin/ruff check slurmdiag tests bench
