@@ -264,6 +264,8 @@ class Snapshot:
     flight_recorder: dict[str, Any] | None = None
     verdicts: tuple[Verdict, ...] = ()
     report: str | None = None
+    # `slurmdiag postmortem` only: Slurm's record, logs read, cores, notes (docs/snapshot.md)
+    postmortem: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)
