@@ -1,0 +1,267 @@
+"""Post-mortem parsers and verdicts on real outputs: sacct of Slurm 22.05 (the local cluster),
+24.05 and 25.11 (slurmrestd's slurmdb records, the same schema as sacct --json), the logs and
+Flight Recorder dumps of real finished jobs, and pystack's reading of a real core."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmdiag.errors import JobNotFound, JobNotRunning
+from slurmdiag.postmortem.build import LogsGone, _flight_summary, build_postmortem, read_flight_recorder
+from slurmdiag.postmortem.cores import CoreStack, parse_gdb_backtrace, parse_pystack_core
+from slurmdiag.postmortem.logs import parse_rank_log, read_rank_logs
+from slurmdiag.postmortem.record import SlurmRecord, read_slurm_record
+from slurmdiag.postmortem.verdicts import core_site, first_cause, postmortem_verdicts
+from slurmdiag.slurm.parse import parse_job_id
+from slurmdiag.slurm.sacct import (
+    AcctRecord,
+    json_exit_codes_unreliable,
+    output_paths_from_submit_line,
+    overlay_exit_codes,
+    parse_sacct_json,
+    parse_sacct_parsable,
+)
+from slurmdiag.transport.run import CommandResult
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+PM = FIXTURES / "postmortem"
+SLURM = FIXTURES / "slurm"
+
+
+def _record(kind: str) -> SlurmRecord:
+    records = overlay_exit_codes(
+        parse_sacct_json((PM / f"sacct_22.05_json_{kind}.json").read_text()),
+        parse_sacct_parsable((PM / f"sacct_22.05_parsable2_{kind}.txt").read_text()),
+    )
+    job = next(r for r in records if r.step is None)
+    return SlurmRecord(job=job, steps=tuple(r for r in records if r.step is not None))
+
+
+def _verdicts(kind: str, cores: tuple[CoreStack, ...] = (), flight: dict | None = None):
+    record = _record(kind)
+    logs = read_rank_logs([(str(PM / f"local_{kind}_job.out"), None)])
+    return postmortem_verdicts(record, logs.findings, cores, logs.last_lines, 4, flight), logs
+
+
+# ---------------------------------------------------------------- sacct
+
+
+def test_sacct_22_05_json_exit_codes_are_wrong_and_the_text_fixes_them():
+    # GIVEN Slurm 22.05's sacct --json of a job whose rank segfaulted (text: 11:0)
+    text = (PM / "sacct_22.05_json_seg.json").read_text()
+    records = parse_sacct_json(text)
+    # THEN the JSON claims exit 0 (the 22.05 bug) and is flagged as unreliable
+    job = next(r for r in records if r.step is None)
+    assert job.state == "FAILED" and job.exit_code == 0
+    assert json_exit_codes_unreliable(text)
+    # WHEN the text output is laid over it THEN the exit code is the real one
+    fixed = overlay_exit_codes(records, parse_sacct_parsable((PM / "sacct_22.05_parsable2_seg.txt").read_text()))
+    by_id = {r.step_id: r for r in fixed}
+    assert by_id["703602"].exit_code == 11
+    assert by_id["703602.0"].state == "FAILED" and by_id["703602.0"].exit_code == 1
+    assert by_id["703602.0"].node_list == ("node001", "node002")
+
+
+def test_sacct_text_cancelled_by_uid_and_signal():
+    records = {r.step_id: r for r in parse_sacct_parsable((PM / "sacct_22.05_parsable2_can.txt").read_text())}
+    assert records["703604"].state == "CANCELLED" and records["703604"].cancelled_by == "0"
+    assert records["703604.0"].signal == 15 and records["703604.0"].exit_code == 0
+    assert records["703604"].submit_line.startswith("sbatch ")
+
+
+def test_sacct_text_timeout_and_submit_line_output():
+    records = {r.step_id: r for r in parse_sacct_parsable((PM / "sacct_22.05_parsable2_tl.txt").read_text())}
+    job = records["703605"]
+    assert job.state == "TIMEOUT" and job.elapsed_s == 86 and job.time_limit == "00:01:00"
+    # sbatch -o job-%j.out, relative to the working directory
+    assert output_paths_from_submit_line(job) == ("/tmp/i16-pm/tl/job-703605.out", None)
+    # a step's submit line may hold '|': it is the last field and kept whole
+    assert records["703605.0"].submit_line.startswith("srun ")
+
+
+@pytest.mark.parametrize(
+    ("name", "state", "exit_code", "step_state", "step_signal"),
+    [
+        ("slurmdb_24.05_0.0.41_job_failed.json", "FAILED", 1, "FAILED", None),
+        ("slurmdb_24.05_0.0.41_job_timeout.json", "TIMEOUT", 0, "CANCELLED", 15),
+        ("slurmdb_25.11_0.0.44_job_failed.json", "FAILED", 1, "FAILED", None),
+        ("slurmdb_25.11_0.0.44_job_timeout.json", "TIMEOUT", 0, "CANCELLED", 15),
+    ],
+)
+def test_sacct_json_newer_versions(name, state, exit_code, step_state, step_signal):
+    # GIVEN the JSON job records of Slurm 24.05 / 25.11 (lists of states, wrapped numbers,
+    # step ids "J.batch")
+    text = (SLURM / name).read_text()
+    records = parse_sacct_json(text)
+    job = next(r for r in records if r.step is None)
+    step = next(r for r in records if r.step is not None)
+    # THEN states, exit codes, signals and step ids read the same as on 22.05
+    assert (job.state, job.exit_code) == (state, exit_code)
+    assert step.step == "batch" and step.state == step_state and step.signal == step_signal
+    assert job.stdout and job.stdout.endswith(f"slurm-{job.job_id}.out")
+    assert not json_exit_codes_unreliable(text)
+
+
+# ---------------------------------------------------------------- logs
+
+
+def test_segfault_log_first_cause_is_the_crash_not_the_first_traceback():
+    # GIVEN a labelled log where ranks 0 and 2 print "Connection closed by peer" BEFORE srun
+    # reports rank 3's segfault
+    findings, tails, labelled = parse_rank_log((PM / "local_seg_job.out").read_text(), "job.out")
+    kinds = [(f.kind, f.rank) for f in findings]
+    assert labelled
+    assert kinds.index(("peer_lost", 0)) < kinds.index(("task_exit", 3))
+    # THEN the first error that is a cause is rank 3's
+    cause = first_cause(findings)
+    assert cause is not None and cause.rank == 3
+    assert all(f.kind == "peer_lost" for f in findings if f.kind in ("peer_lost", "exception"))
+    assert tails[3][-1].startswith("[rank 3/4] ready: culprit")
+
+
+def test_unlabelled_log_still_attributes_torch_prefixed_tracebacks():
+    findings, tails, labelled = parse_rank_log((PM / "local_sig_job.out").read_text(), "job.out")
+    assert not labelled
+    assert sorted(f.rank for f in findings if f.kind == "peer_lost") == [0, 1, 2]
+    killed = [f for f in findings if f.kind == "task_exit" and f.rank == 3]
+    assert killed and killed[0].fields["signal"] == "9"
+
+
+def test_gloo_timeout_lines_name_collective_and_timeout():
+    findings, _, _ = parse_rank_log((PM / "local_to_job.out").read_text(), "job.out")
+    timeouts = [f for f in findings if f.kind == "collective_timeout"]
+    assert sorted(f.rank for f in timeouts) == [0, 1, 2]
+    assert {f.fields["op"] for f in timeouts} == {"all_reduce"}
+    assert {f.fields["timeout_ms"] for f in timeouts} == {"20000"}
+    # srun -K1 terminating the others afterwards is a consequence
+    assert {f.rank for f in findings if f.kind == "task_terminated"} == {0, 1, 3}
+
+
+# ---------------------------------------------------------------- cores
+
+
+def test_pystack_core_output_crashing_thread():
+    pid, reason, frames = parse_pystack_core((PM / "pystack_core_segfault_native.txt").read_text())
+    assert pid == 19665
+    assert reason == "segmentation fault accessing address: 0x8"
+    assert frames[0].native and frames[0].function == "__memcpy_avx_unaligned_erms"
+    python = [f for f in frames if not f.native]
+    assert python[0].function == "string_at" and python[1].function == "decode_sample"
+    core = CoreStack(path="core", size=1, rank=3, frames=frames, tool="pystack")
+    assert core_site(core) == "/work/wt/i16/tests/scenarios/postmortem/crash_modes.py:42"
+
+
+def test_gdb_backtrace_frames():
+    text = ("#0  0x00007f in __memcpy_avx_unaligned_erms () from /lib/x86_64-linux-gnu/libc.so.6\n"
+            "#1  0x0000555 in PyBytes_FromStringAndSize (str=0x8, size=16) at Objects/bytesobject.c:142\n")
+    frames = parse_gdb_backtrace(text)
+    assert [f.function for f in frames] == ["__memcpy_avx_unaligned_erms", "PyBytes_FromStringAndSize"]
+    assert frames[1].line == 142
+
+
+# ---------------------------------------------------------------- verdicts
+
+
+def test_verdict_segfault_with_core():
+    _, _, frames = parse_pystack_core((PM / "pystack_core_segfault_native.txt").read_text())
+    core = CoreStack(path="/tmp/core", size=173154304, rank=3, pid=19665, frames=frames, tool="pystack",
+                     reason="segmentation fault accessing address: 0x8")
+    verdicts, _ = _verdicts("seg", cores=(core,))
+    top = verdicts[0]
+    assert top.kind == "rank_crashed" and top.culprit_ranks == (3,)
+    assert "SIGSEGV" in top.summary and "ranks 0-2 only died because of it" in top.summary
+    assert top.sites == ("/work/wt/i16/tests/scenarios/postmortem/crash_modes.py:42",)
+
+
+def test_verdict_signal_kill():
+    verdicts, _ = _verdicts("sig")
+    assert verdicts[0].kind == "rank_killed" and verdicts[0].culprit_ranks == (3,)
+    assert "SIGKILL" in verdicts[0].summary
+
+
+def test_verdict_gloo_timeout_with_flight_recorder():
+    section = read_flight_recorder([str(PM / "fr-")], 4)
+    assert section is not None and section["missing_ranks"] == [3]
+    flight = _flight_summary(section)
+    verdicts, _ = _verdicts("to", flight=flight)
+    top = verdicts[0]
+    assert top.kind == "collective_timeout" and top.culprit_ranks == (3,)
+    assert "all_reduce" in top.summary and f"#{flight['last_seq']}" in top.summary
+    assert any("no dump from ranks 3" in e for e in top.evidence)
+    # srun -K1 cancelled the step: that is not a user's cancel
+    assert all(v.kind != "cancelled" for v in verdicts)
+
+
+def test_verdict_user_cancel_is_not_a_failure():
+    verdicts, _ = _verdicts("can")
+    assert [v.kind for v in verdicts] == ["cancelled"]
+    assert verdicts[0].severity == "info" and "root" in verdicts[0].summary
+
+
+def test_verdict_time_limit():
+    verdicts, _ = _verdicts("tl")
+    assert verdicts[0].kind == "time_limit" and verdicts[0].severity == "critical"
+
+
+# ---------------------------------------------------------------- errors (runner injected)
+
+
+def _runner(outputs: dict[str, tuple[int, str, str]]):
+    def run(argv, timeout, *, env=None, input=None):
+        key = " ".join(argv)
+        for pattern, (rc, out, err) in outputs.items():
+            if pattern in key:
+                return CommandResult(tuple(argv), rc, out, err)
+        return CommandResult(tuple(argv), 1, "", "unexpected")
+    return run
+
+
+def test_job_that_never_ran_is_not_found():
+    empty = '{"meta": {"plugin": {"type": "openapi/dbv0.0.38"}}, "errors": [], "jobs": []}'
+    runner = _runner({"--json": (0, empty, ""), "--parsable2": (0, "JobID|State\n", ""),
+                      "scontrol": (1, "", "slurm_load_jobs error: Invalid job id specified")})
+    with pytest.raises(JobNotFound):
+        read_slurm_record(parse_job_id("999999"), runner)
+
+
+def test_running_job_points_to_attach():
+    text = (PM / "sacct_22.05_parsable2_can.txt").read_text().replace("CANCELLED by 0", "RUNNING")
+    runner = _runner({"--json": (1, "", "sacct: error: unrecognized option '--json'"),
+                      "--parsable2": (0, text, "")})
+    with pytest.raises(JobNotRunning) as info:
+        read_slurm_record(parse_job_id("703604"), runner)
+    assert "attach" in info.value.hint
+
+
+def test_no_accounting_uses_slurmctld_memory():
+    show = (SLURM / "local_22.05_show_job_d_o_2node.txt").read_text().replace("JobState=RUNNING", "JobState=FAILED")
+    runner = _runner({"sacct": (1, "", "sacct: error: Slurm accounting storage is disabled"),
+                      "scontrol": (0, show, "")})
+    job_id = show.split("JobId=")[1].split()[0]
+    record = read_slurm_record(parse_job_id(job_id), runner)
+    assert record.source == "scontrol" and record.job.state == "FAILED"
+    assert any("accounting" in n for n in record.notes)
+
+
+def test_logs_gone_is_one_error_with_a_hint(tmp_path):
+    text = (PM / "sacct_22.05_parsable2_seg.txt").read_text().replace("/tmp/i16-pm/seg", str(tmp_path))
+    runner = _runner({"--json": (1, "", "unrecognized option"), "--parsable2": (0, text, "")})
+    with pytest.raises(LogsGone) as info:
+        build_postmortem("703602", runner=runner, cores=False)
+    assert "--log" in info.value.hint and LogsGone.exit_code == 9
+
+
+def test_record_is_acct_record():
+    assert AcctRecord(job_id="1", step="0").step_id == "1.0"
+
+
+def test_read_record_22_05_takes_exit_codes_from_the_text():
+    # GIVEN Slurm 22.05, whose JSON says exit 0 for a job that died of SIGSEGV (text: 11:0)
+    runner = _runner({"--json": (0, (PM / "sacct_22.05_json_seg.json").read_text(), ""),
+                      "--parsable2": (0, (PM / "sacct_22.05_parsable2_seg.txt").read_text(), "")})
+    # WHEN the record is read THEN the job's exit code is the text's, and a note says why
+    record = read_slurm_record(parse_job_id("703602"), runner)
+    assert record.source == "sacct --json" and record.job.exit_code == 11
+    assert any("--parsable2" in note for note in record.notes)
