@@ -129,13 +129,14 @@ def _flight_summary(section: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     seq = max(s for s, _ in last.values())
     ops = sorted({op for s, op in last.values() if s == seq})
+    reached = sorted(r for r, (s, _) in last.items() if s == seq)
     from slurmdiag.slurm.parse import format_int_ranges
 
     text = (f"Flight Recorder ({section.get('prefix')}<rank>): ranks "
             f"{format_int_ranges(sorted(last))} last entered collective #{seq} ({', '.join(ops)})")
     if section["missing_ranks"]:
         text += f"; no dump from ranks {format_int_ranges(section['missing_ranks'])}"
-    return {"last_seq": seq, "summary": text}
+    return {"last_seq": seq, "summary": text, "reached_ranks": reached}
 
 
 def _rank_stacks(logs: RankLogs, cores: Sequence[CoreStack], record: SlurmRecord) -> tuple[Node, ...]:

@@ -275,12 +275,23 @@ def _timeout_verdict(
         seq = str(flight_info["last_seq"])
     known = set(last_lines) | {f.rank for f in findings if f.rank is not None}
     everyone = set(range(world_size)) if world_size else known
-    culprits = sorted(everyone - set(timed_out))
+    # A rank whose Flight Recorder dump shows it entered the collective, and that said nothing
+    # else, was a waiter cut short before it printed its timeout. A rank that reached it late
+    # (its error came after the others' timeouts, e.g. their connections were gone) stays.
+    reached = {int(r) for r in flight_info.get("reached_ranks") or ()}  # type: ignore[attr-defined]
+    spoke = {f.rank for f in findings if f.kind in ("peer_lost", "exception")}
+    culprits = sorted(everyone - set(timed_out) - (reached - spoke))
+    cut_short = sorted({f.rank for f in findings if f.kind == "task_terminated" and f.rank in culprits
+                        and f.rank is not None})
     where = f"{op}" + (f" (collective #{seq})" if seq else "") + (f" after {int(ms) // 1000} s" if ms else "")
     summary = f"{_label(timed_out)} timed out waiting in {where}"
     if culprits:
         summary += f"; {_label(culprits)} never reached it"
     evidence = [_cite(first)]
+    if cut_short:
+        evidence.append(f"{_label(cut_short)} were terminated by srun before they could report: "
+                        "a culprit among them cannot be told from a waiter without their "
+                        "Flight Recorder dumps")
     for rank in culprits[:4]:
         evidence.extend(_rank_tail(rank, last_lines, 3))
     if flight_info.get("summary"):

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from slurmdiag.errors import JobNotFound, JobNotRunning
-from slurmdiag.postmortem.build import LogsGone, _flight_summary, build_postmortem, read_flight_recorder
+from slurmdiag.postmortem.build import (
+    LogsGone,
+    _flight_summary,
+    build_postmortem,
+    read_flight_recorder,
+)
 from slurmdiag.postmortem.cores import CoreStack, parse_gdb_backtrace, parse_pystack_core
 from slurmdiag.postmortem.logs import parse_rank_log, read_rank_logs
 from slurmdiag.postmortem.record import SlurmRecord, read_slurm_record
@@ -122,7 +127,7 @@ def test_segfault_log_first_cause_is_the_crash_not_the_first_traceback():
 
 
 def test_unlabelled_log_still_attributes_torch_prefixed_tracebacks():
-    findings, tails, labelled = parse_rank_log((PM / "local_sig_job.out").read_text(), "job.out")
+    findings, _tails, labelled = parse_rank_log((PM / "local_sig_job.out").read_text(), "job.out")
     assert not labelled
     assert sorted(f.rank for f in findings if f.kind == "peer_lost") == [0, 1, 2]
     killed = [f for f in findings if f.kind == "task_exit" and f.rank == 3]
@@ -265,3 +270,44 @@ def test_read_record_22_05_takes_exit_codes_from_the_text():
     record = read_slurm_record(parse_job_id("703602"), runner)
     assert record.source == "sacct --json" and record.job.exit_code == 11
     assert any("--parsable2" in note for note in record.notes)
+
+
+def test_timeout_culprit_uses_flight_recorder_when_waiters_were_cut_short():
+    # GIVEN the gloo-timeout job's log where only rank 2's timeout survived (srun -K1 killed
+    # ranks 0 and 1 before they printed), and all three waiters' Flight Recorder dumps
+    record = _record("to")
+    logs = read_rank_logs([(str(PM / "local_to_job.out"), None)])
+    findings = [f for f in logs.findings if not (f.kind == "collective_timeout" and f.rank in (0, 1))]
+    flight = _flight_summary(read_flight_recorder([str(PM / "fr-")], 4))
+    # WHEN judged with the dumps THEN rank 3 alone never reached the collective
+    verdicts = postmortem_verdicts(record, findings, (), logs.last_lines, 4, flight)
+    assert verdicts[0].kind == "collective_timeout" and verdicts[0].culprit_ranks == (3,)
+    # AND without the dumps the ranks cut short cannot be told apart, and the verdict says so
+    blind = postmortem_verdicts(record, findings, (), logs.last_lines, 4, {})
+    assert blind[0].culprit_ranks == (0, 1, 3)
+    assert any("terminated by srun before they could report" in e for e in blind[0].evidence)
+
+
+def test_timeout_culprit_that_reached_the_collective_late_stays_the_culprit():
+    # GIVEN a real gloo timeout (srun -K0) where rank 3's read returned after the others timed
+    # out: it then entered the all_reduce too (its Flight Recorder dump has the same collective)
+    # and failed with "Connection closed by peer"
+    late = PM / "late"
+    logs = read_rank_logs([(str(late / "local_to_late_job.out"), None)])
+    flight = _flight_summary(read_flight_recorder([str(late / "fr-")], 4))
+    assert flight["reached_ranks"] == [0, 1, 2, 3]
+    # WHEN judged THEN the rank that never timed out and spoke only after is still the culprit
+    verdicts = postmortem_verdicts(_record("to"), logs.findings, (), logs.last_lines, 4, flight)
+    assert verdicts[0].kind == "collective_timeout" and verdicts[0].culprit_ranks == (3,)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (FIXTURES.parent / "scenarios" / "postmortem").glob("*.json")))
+def test_postmortem_scenario_truth_matches_source(name):
+    import json
+
+    truth = json.loads((FIXTURES.parent / "scenarios" / "postmortem" / f"{name}.json").read_text())
+    assert truth["name"] == name and truth["expected_kind"]
+    if truth["culprit_site"]:
+        path, line = truth["culprit_site"].rsplit(":", 1)
+        text = (FIXTURES.parents[1] / path).read_text().splitlines()[int(line) - 1]
+        assert "# CULPRIT" in text or "# WAITING" in text, text

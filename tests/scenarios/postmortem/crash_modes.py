@@ -5,10 +5,11 @@ The same small data-parallel loop as the hang scenarios (gloo, CPU, 2 nodes x 2 
 
 - ``segfault``: rank 3 dereferences NULL through ctypes (SIGSEGV, core dumped under
   ``ulimit -c unlimited``); the others fail in gloo with "Connection closed by peer".
-- ``gloo_timeout``: rank 3 stalls in ``load_next_shard`` (a stuck read); the others wait in
-  the step's all_reduce until the process group's timeout (POSTMORTEM_PG_TIMEOUT_S, 20 s)
-  and raise; each dumps its Flight Recorder buffer to ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` first,
-  as NCCL's watchdog does on timeout (gloo has no such dump of its own).
+- ``gloo_timeout``: rank 3 stalls in ``load_next_shard`` (a stuck read, POSTMORTEM_STALL_S);
+  the others wait in the step's all_reduce until the process group's timeout
+  (POSTMORTEM_PG_TIMEOUT_S, 20 s) and raise; each dumps its Flight Recorder buffer to
+  ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` first, as NCCL's watchdog does on timeout (gloo has no such
+  dump of its own). When rank 3's read returns, its all_reduce finds its peers gone.
 - ``stall``: rank 3 stalls in ``load_next_shard`` as above with the default 2 h timeout; the
   test kills it with a signal (the OOM killer's SIGKILL), or cancels the job, or lets the
   time limit end it.
@@ -30,11 +31,13 @@ import torch.distributed as dist
 CULPRIT_RANK = 3
 CULPRIT_STEP = 3
 STEPS = 1000
+#: How long the culprit's read stalls: past the others' 20 s timeout in gloo_timeout mode.
+STALL_SECONDS = float(os.environ.get("POSTMORTEM_STALL_S", "3600"))
 
 
 def load_next_shard(step: int) -> None:
     """Read the next shard from the shared filesystem (stalls on the culprit rank)."""
-    time.sleep(3600)  # CULPRIT
+    time.sleep(STALL_SECONDS)  # CULPRIT
 
 
 def decode_sample(buffer: int) -> bytes:
@@ -73,9 +76,9 @@ def main() -> None:
             harness.report_ready(info, f"step {step}: all_reduce", role="waiting")
         try:
             loss = training.train_step(model, training.synthetic_batch(info.rank, step))  # WAITING
-        except RuntimeError:
-            if mode == "gloo_timeout":
-                dump_flight_recorder(info.rank)
+        except RuntimeError as exc:
+            if mode == "gloo_timeout" and "Timed out" in str(exc):
+                dump_flight_recorder(info.rank)  # on a timeout only, as NCCL's watchdog does
             raise
         harness.log(info, f"step {step} loss {loss:.4f}")
         time.sleep(0.2)
