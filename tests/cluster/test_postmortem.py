@@ -125,3 +125,35 @@ def test_logs_gone(local_cluster, tmp_path):
     assert done.returncode == 9, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 2 and "none of its logs can be read" in lines[0] and "--log" in lines[1]
+
+
+def test_without_accounting_slurmctld_and_the_logs_are_used(local_cluster, tmp_path):
+    # GIVEN a client whose slurm.conf has no accounting (sacct then says so, for real), and a job
+    # that just failed (slurmctld keeps it for MinJobAge, 60 s on the local cluster)
+    conf = Path(os.environ["SLURM_CONF"])
+    no_acct = tmp_path / "slurm.conf"
+    no_acct.write_text("\n".join(
+        "AccountingStorageType=accounting_storage/none"
+        if line.startswith(("AccountingStorageType", "AccountingStorageHost", "AccountingStoragePort"))
+        else line for line in conf.read_text().splitlines()
+    ) + "\n")
+    env = {**os.environ, "SLURM_CONF": str(no_acct)}
+    script = ("srun --label bash -c 'if [ $SLURM_PROCID = 1 ]; then "
+              "echo boom >&2; kill -SEGV $$; fi; sleep 2'")
+    job = subprocess.run(["sbatch", "--parsable", "--wait", f"--chdir={tmp_path}", "-N1", "-n2",
+                          "--output=job-%j.out", "--wrap", script],
+                         capture_output=True, text=True, timeout=120, check=False,
+                         env=env).stdout.strip()
+    assert job
+    # WHEN postmortem runs with that client config
+    done = subprocess.run([*SLURMDIAG, "postmortem", job, "--json", "--no-report", "--no-cores",
+                           "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, check=False, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr
+    snapshot = json.loads(done.stdout)
+    # THEN Slurm's record came from slurmctld, the report says why, and the log names the rank
+    assert snapshot["postmortem"]["source"] == "scontrol"
+    assert any("accounting" in note for note in snapshot["postmortem"]["notes"])
+    assert snapshot["job"]["state"] == "FAILED"
+    top = snapshot["verdicts"][0]
+    assert top["kind"] == "rank_crashed" and top["culprit_ranks"] == [1], snapshot["verdicts"]

@@ -311,3 +311,22 @@ def test_postmortem_scenario_truth_matches_source(name):
         path, line = truth["culprit_site"].rsplit(":", 1)
         text = (FIXTURES.parents[1] / path).read_text().splitlines()[int(line) - 1]
         assert "# CULPRIT" in text or "# WAITING" in text, text
+
+
+def test_report_shows_where_the_post_mortem_came_from(tmp_path):
+    # GIVEN the real post-mortem of the segfaulted job (sacct and log captured on the cluster)
+    from slurmdiag.postmortem.build import postmortem_job
+
+    runner = _runner({"--json": (0, (PM / "sacct_22.05_json_seg.json").read_text(), ""),
+                      "--parsable2": (0, (PM / "sacct_22.05_parsable2_seg.txt").read_text(), "")})
+    result = postmortem_job("703602", out_dir=tmp_path, runner=runner, cores=False,
+                            logs=(str(PM / "local_seg_job.out"),))
+    # THEN the HTML report names the source, the first error and what could not be read
+    html = (tmp_path / "report.html").read_text()
+    assert "Post-mortem from" in html and "sacct --json" in html
+    assert "task 3: Segmentation fault (core dumped)" in html
+    assert "core files not searched" in html
+    # AND the ranks' last stacks are side by side: rank 3's crash has no core here, the others'
+    # tracebacks are in the all_reduce
+    assert result.snapshot.verdicts[0].kind == "rank_crashed"
+    assert sorted(r.rank for _, r in result.snapshot.all_ranks()) == [0, 1, 2]
