@@ -634,8 +634,8 @@ def _postmortem_facts(section: dict[str, Any] | None) -> list[tuple[str, str | N
                       + (f" {step['signal']}" if step.get("signal") else "")
                       + f" on {step.get('nodes')}"))
     for core in section.get("cores") or ():
-        facts.append(("Core file", f"{core.get('path')} (rank {core.get('rank')}, "
-                                   f"{core.get('tool') or core.get('message') or 'no stack'})"))
+        facts.append(("Core file", (f"{core.get('path')} (rank {core.get('rank')}, "
+                                   f"{core.get('tool') or core.get('message') or 'no stack'})")))
     for index, note in enumerate(section.get("notes") or (), start=1):
         facts.append((f"Note {index}", str(note)))
     return facts
