@@ -14,7 +14,7 @@ from typing import Any
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError
 from slurmdiag.postmortem.cores import CoreSearch, CoreStack, search_cores
-from slurmdiag.postmortem.logs import RankLogs, per_rank_files, read_rank_logs
+from slurmdiag.postmortem.logs import RankLogs, files_under, per_rank_files, read_rank_logs
 from slurmdiag.postmortem.record import SlurmRecord, read_slurm_record
 from slurmdiag.postmortem.verdicts import first_cause, postmortem_verdicts
 from slurmdiag.slurm.discover import job_ref_from_user
@@ -59,7 +59,12 @@ def _job(record: SlurmRecord) -> Job:
 
 
 def _log_paths(record: SlurmRecord, job_id: str, logs: Sequence[str]) -> list[tuple[str, int | None]]:
-    paths: list[tuple[str, int | None]] = [(p, None) for p in logs]
+    paths: list[tuple[str, int | None]] = []
+    for path in logs:
+        if os.path.isdir(path):
+            paths.extend((f, None) for f in files_under(path))
+        else:
+            paths.append((path, None))
     job = record.job
     for candidate in (job.stdout, job.stderr, *output_paths_from_submit_line(job)):
         if candidate and candidate not in logs:

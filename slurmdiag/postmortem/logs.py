@@ -29,6 +29,8 @@ LAST_LINES = 12
 
 _LABEL = re.compile(r"^\s*(?P<label>\d+): ")
 _TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:")
+# torchrun --tee: "[default1]:" (the LOCAL rank: a global rank only with the node's offset)
+_TORCHRUN_TEE = re.compile(r"^\[default(?P<local>\d+)\]:")
 _TASK = re.compile(r"srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+)$")
 _STEPD_CANCEL = re.compile(
     r"\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
@@ -76,6 +78,9 @@ def _line_rank(raw: str) -> tuple[int | None, str]:
     if label:
         rank = int(label.group("label"))
         raw = raw[label.end():]
+    tee = _TORCHRUN_TEE.match(raw)
+    if tee:
+        raw = raw[tee.end():]
     torch_prefix = _TORCH_RANK.match(raw)
     if torch_prefix:
         rank = int(torch_prefix.group("rank"))
@@ -214,6 +219,26 @@ def per_rank_files(directory: str, job_id: str, *, limit: int = 4096) -> list[tu
         match = _PER_RANK_FILE[0].match(path.name)
         if match and match.group("job") == job_id.split("_")[0]:
             found.append((str(path), int(match.group("rank"))))
+    return found
+
+
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+MAX_LOG_FILES = 4096
+
+
+def files_under(directory: str, max_depth: int = 5) -> list[str]:
+    """Log files under a directory (torchrun --log-dir: <run>/attempt_N/<local_rank>/std*.log)."""
+    found: list[str] = []
+    root_depth = directory.rstrip("/").count("/")
+    for current, dirs, files in os.walk(directory):
+        if current.count("/") - root_depth >= max_depth:
+            dirs[:] = []
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(LOG_SUFFIXES):
+                found.append(os.path.join(current, name))
+                if len(found) >= MAX_LOG_FILES:
+                    return found
     return found
 
 

@@ -330,3 +330,28 @@ def test_report_shows_where_the_post_mortem_came_from(tmp_path):
     # tracebacks are in the all_reduce
     assert result.snapshot.verdicts[0].kind == "rank_crashed"
     assert sorted(r.rank for _, r in result.snapshot.all_ranks()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("source", ["logdir", "tee"])
+def test_torchrun_log_dir_and_tee_name_the_rank_that_raised(source):
+    # GIVEN a real torchrun job (2 workers) whose rank 1 raised ValueError after step 2, while
+    # rank 0 then lost its peer: torchrun's --log-dir files, or its --tee console
+    # ("[default1]:[rank1]: ...")
+    from slurmdiag.postmortem.logs import files_under
+
+    base = PM / "torchrun"
+    if source == "logdir":
+        files = files_under(str(base / "logdir"))
+        assert len(files) == 4
+        logs = read_rank_logs([(f, None) for f in files])
+    else:
+        logs = read_rank_logs([(str(base / "local_torchrun_tee_job.out"), None)])
+    cause = first_cause(logs.findings)
+    # THEN the first cause is rank 1's exception, not rank 0's lost connection
+    assert cause is not None and cause.rank == 1 and cause.kind == "exception"
+    assert "bad label 7" in cause.text
+    assert {f.rank for f in logs.findings if f.kind == "peer_lost"} == {0}
+    job = AcctRecord(job_id="703623", step=None, state="FAILED", exit_code=1)
+    verdicts = postmortem_verdicts(SlurmRecord(job=job), logs.findings, (), logs.last_lines, 2)
+    assert verdicts[0].kind == "rank_exception" and verdicts[0].culprit_ranks == (1,)
+    assert verdicts[0].sites == ("/tmp/i16-pm/tr/train.py:11",)
