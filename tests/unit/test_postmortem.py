@@ -355,3 +355,17 @@ def test_torchrun_log_dir_and_tee_name_the_rank_that_raised(source):
     verdicts = postmortem_verdicts(SlurmRecord(job=job), logs.findings, (), logs.last_lines, 2)
     assert verdicts[0].kind == "rank_exception" and verdicts[0].culprit_ranks == (1,)
     assert verdicts[0].sites == ("/tmp/i16-pm/tr/train.py:11",)
+
+
+def test_submitit_per_task_files_are_found_and_read():
+    # GIVEN a real submitit job (2 nodes x 2 tasks) whose task 2 raised KeyError
+    from slurmdiag.postmortem.logs import per_rank_files
+
+    files = per_rank_files(str(PM), "703634")
+    # THEN its <job>_<task>_log.out/.err files are found (one folder down), each with its rank
+    assert sorted({rank for _, rank in files}) == [0, 1, 2, 3] and len(files) == 8
+    assert per_rank_files(str(PM), "703635") == []
+    logs = read_rank_logs(files)
+    cause = first_cause(logs.findings)
+    assert cause is not None and cause.rank == 2 and "KeyError" in cause.text
+    assert any("task 0 of 4" in line for line in logs.last_lines[0])
