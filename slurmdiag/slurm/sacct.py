@@ -229,6 +229,14 @@ _CANCELLED_BY = re.compile(r"^CANCELLED(?: by (?P<who>\S+))?")
 _EXIT = re.compile(r"^(?P<code>\d+):(?P<signal>\d+)$")
 
 
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """Slurm's ``code:signal`` (``0:15``, ``139:0``) into (exit code, signal or None)."""
+    match = _EXIT.match(text.strip())
+    if not match:
+        return None, None
+    return int(match.group("code")), int(match.group("signal")) or None
+
+
 def _elapsed_seconds(text: str) -> int | None:
     """``[D-]HH:MM:SS`` or ``MM:SS`` to seconds."""
     match = re.match(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$", text or "")
@@ -259,10 +267,7 @@ def parse_sacct_parsable(text: str) -> list[AcctRecord]:
         row = dict(zip(header, line.split("|", len(header) - 1)))
         job_id, _, step = row.get("JobID", "").partition(".")
         state, who = _split_state(row.get("State", ""))
-        code = sig = None
-        exit_match = _EXIT.match(row.get("ExitCode", ""))
-        if exit_match:
-            code, sig = int(exit_match.group("code")), int(exit_match.group("signal")) or None
+        code, sig = parse_exit_code(row.get("ExitCode", ""))
         records.append(
             AcctRecord(
                 job_id=job_id,
@@ -309,10 +314,7 @@ def overlay_exit_codes(records: Sequence[AcctRecord], text_records: Iterable[Acc
 
 def record_from_scontrol(fields: Mapping[str, str]) -> AcctRecord:
     """The job record scontrol gives for a job slurmctld still holds (within MinJobAge)."""
-    code = sig = None
-    exit_match = _EXIT.match(fields.get("ExitCode", ""))
-    if exit_match:
-        code, sig = int(exit_match.group("code")), int(exit_match.group("signal")) or None
+    code, sig = parse_exit_code(fields.get("ExitCode", ""))
     user = fields.get("UserId", "")
     return AcctRecord(
         job_id=fields.get("JobId", "?"),
