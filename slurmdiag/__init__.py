@@ -16,7 +16,7 @@ def __getattr__(name: str) -> Any:
 
         return attach
     if name == "postmortem":
-        from slurmdiag.postmortem import postmortem
+        from slurmdiag.post_mortem import postmortem
 
         return postmortem
     if name == "Snapshot":

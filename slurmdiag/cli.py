@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="permissions of the report (octal, default 0640)",
     )
 
-    from slurmdiag.postmortem.cli import add_parser as add_postmortem_parser
+    from slurmdiag.post_mortem.cli import add_parser as add_postmortem_parser
 
     add_postmortem_parser(sub, _file_mode)
     try:

@@ -93,7 +93,7 @@ def _default_attach(job_id: str, **options: Any) -> Snapshot:
 
 
 def _default_postmortem(job_id: str, out_dir: Path, runner: Any) -> Snapshot:
-    from slurmdiag.postmortem.build import postmortem_job
+    from slurmdiag.post_mortem.build import postmortem_job
 
     return postmortem_job(job_id, out_dir=out_dir, runner=runner).snapshot
 

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from slurmdiag.errors import JobNotFound, JobNotRunning
-from slurmdiag.postmortem.build import (
+from slurmdiag.post_mortem.build import (
     LogsGone,
     _flight_summary,
     build_postmortem,
     read_flight_recorder,
 )
-from slurmdiag.postmortem.cores import CoreStack, parse_gdb_backtrace, parse_pystack_core
-from slurmdiag.postmortem.logs import parse_rank_log, read_rank_logs
-from slurmdiag.postmortem.record import SlurmRecord, read_slurm_record
-from slurmdiag.postmortem.verdicts import core_site, first_cause, postmortem_verdicts
+from slurmdiag.post_mortem.cores import CoreStack, parse_gdb_backtrace, parse_pystack_core
+from slurmdiag.post_mortem.logs import parse_rank_log, read_rank_logs
+from slurmdiag.post_mortem.record import SlurmRecord, read_slurm_record
+from slurmdiag.post_mortem.verdicts import core_site, first_cause, postmortem_verdicts
 from slurmdiag.slurm.parse import parse_job_id
 from slurmdiag.slurm.sacct import (
     AcctRecord,
@@ -315,7 +315,7 @@ def test_postmortem_scenario_truth_matches_source(name):
 
 def test_report_shows_where_the_post_mortem_came_from(tmp_path):
     # GIVEN the real post-mortem of the segfaulted job (sacct and log captured on the cluster)
-    from slurmdiag.postmortem.build import postmortem_job
+    from slurmdiag.post_mortem.build import postmortem_job
 
     runner = _runner({"--json": (0, (PM / "sacct_22.05_json_seg.json").read_text(), ""),
                       "--parsable2": (0, (PM / "sacct_22.05_parsable2_seg.txt").read_text(), "")})
@@ -337,7 +337,7 @@ def test_torchrun_log_dir_and_tee_name_the_rank_that_raised(source):
     # GIVEN a real torchrun job (2 workers) whose rank 1 raised ValueError after step 2, while
     # rank 0 then lost its peer: torchrun's --log-dir files, or its --tee console
     # ("[default1]:[rank1]: ...")
-    from slurmdiag.postmortem.logs import files_under
+    from slurmdiag.post_mortem.logs import files_under
 
     base = PM / "torchrun"
     if source == "logdir":
@@ -359,7 +359,7 @@ def test_torchrun_log_dir_and_tee_name_the_rank_that_raised(source):
 
 def test_submitit_per_task_files_are_found_and_read():
     # GIVEN a real submitit job (2 nodes x 2 tasks) whose task 2 raised KeyError
-    from slurmdiag.postmortem.logs import per_rank_files
+    from slurmdiag.post_mortem.logs import per_rank_files
 
     files = per_rank_files(str(PM), "703634")
     # THEN its <job>_<task>_log.out/.err files are found (one folder down), each with its rank
@@ -369,3 +369,29 @@ def test_submitit_per_task_files_are_found_and_read():
     cause = first_cause(logs.findings)
     assert cause is not None and cause.rank == 2 and "KeyError" in cause.text
     assert any("task 0 of 4" in line for line in logs.last_lines[0])
+
+
+def test_slurmdbd_down_is_said_and_slurmctld_used():
+    show = (SLURM / "local_22.05_show_job_d_o_2node.txt").read_text().replace("JobState=RUNNING", "JobState=FAILED")
+    down = ("sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection "
+            "to host:127.0.0.1:7825: Connection refused\n"
+            "sacct: error: Problem talking to the database: Connection refused\n")
+    runner = _runner({"sacct": (1, "", down), "scontrol": (0, show, "")})
+    job_id = show.split("JobId=")[1].split()[0]
+    record = read_slurm_record(parse_job_id(job_id), runner)
+    assert record.source == "scontrol"
+    assert any(n.startswith("slurmdbd does not answer") for n in record.notes)
+
+
+def test_python_api_returns_the_snapshot(tmp_path):
+    import slurmdiag
+
+    runner = _runner({"--json": (0, (PM / "sacct_22.05_json_sig.json").read_text(), ""),
+                      "--parsable2": (0, (PM / "sacct_22.05_parsable2_sig.txt").read_text(), "")})
+    snapshot = slurmdiag.postmortem("703603", runner=runner, cores=False,
+                                    logs=(str(PM / "local_sig_job.out"),))
+    assert snapshot.verdicts[0].kind == "rank_killed" and snapshot.report is None
+    written = slurmdiag.postmortem("703603", runner=runner, cores=False, out_dir=tmp_path,
+                                   logs=(str(PM / "local_sig_job.out"),))
+    assert written.report == str(tmp_path / "report.html")
+    assert (tmp_path / "snapshot.json").is_file()

@@ -642,7 +642,7 @@ def test_recovered_message_when_the_stuck_job_ends(world: World) -> None:
 
 def _fixture_postmortem(calls: list[str]):  # type: ignore[no-untyped-def]
     """The real post-mortem of a real segfaulted job (sacct and log captured on the local cluster)."""
-    from slurmdiag.postmortem.build import postmortem_job
+    from slurmdiag.post_mortem.build import postmortem_job
 
     pm = Path(__file__).resolve().parents[1] / "fixtures" / "postmortem"
 

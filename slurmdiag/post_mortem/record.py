@@ -33,9 +33,15 @@ class SlurmRecord:
     raw: dict[str, str] = field(default_factory=dict)  # scontrol's fields, when that was the source
 
 
-def _accounting_off(text: str) -> bool:
+def _accounting_problem(text: str) -> str | None:
+    """Why sacct cannot answer at all (no accounting, slurmdbd down), or None."""
     lowered = text.lower()
-    return "accounting storage is disabled" in lowered or "slurmdbd" in lowered and "connect" in lowered
+    if "accounting storage is disabled" in lowered:
+        return "Slurm accounting is not enabled here (sacct: accounting storage is disabled)"
+    if ("persistent connection" in lowered or "talking to the database" in lowered
+            or ("slurmdbd" in lowered and "connect" in lowered)):
+        return f"slurmdbd does not answer ({text.strip().splitlines()[-1][:160]})"
+    return None
 
 
 def _from_sacct(ref: JobRef, runner: Runner, notes: list[str]) -> tuple[list[AcctRecord], str] | None:
@@ -46,8 +52,9 @@ def _from_sacct(ref: JobRef, runner: Runner, notes: list[str]) -> tuple[list[Acc
         notes.append(f"sacct not available: {result.start_error}")
         return None
     text = (result.stderr + result.stdout)
-    if _accounting_off(text):
-        notes.append("Slurm accounting is not enabled here (sacct: accounting storage is disabled)")
+    problem = _accounting_problem(text)
+    if problem:
+        notes.append(problem)
         return None
     if result.ok:
         try:
@@ -114,10 +121,9 @@ def read_slurm_record(ref: JobRef, runner: Runner) -> SlurmRecord:
     if record is None:
         held = _from_scontrol(ref, runner)
         if held is not None:
+            notes.append("Slurm's record from slurmctld's memory (kept for MinJobAge after the end)"
+                         + ("" if found is None else "; sacct had no record of it yet"))
             record = SlurmRecord(job=held.job, source="scontrol", notes=tuple(notes), raw=held.raw)
-            if found is None:
-                notes.append("Slurm's record from slurmctld's memory (kept for MinJobAge after the end)")
-                record = SlurmRecord(job=held.job, source="scontrol", notes=tuple(notes), raw=held.raw)
     if record is None:
         hint = ("check the id with 'sacct -X -S now-7days'" if found is not None else
                 "without accounting, slurmctld forgets a job MinJobAge (default 5 min) after it "

@@ -13,10 +13,10 @@ from typing import Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError
-from slurmdiag.postmortem.cores import CoreSearch, CoreStack, search_cores
-from slurmdiag.postmortem.logs import RankLogs, files_under, per_rank_files, read_rank_logs
-from slurmdiag.postmortem.record import SlurmRecord, read_slurm_record
-from slurmdiag.postmortem.verdicts import first_cause, postmortem_verdicts
+from slurmdiag.post_mortem.cores import CoreSearch, CoreStack, search_cores
+from slurmdiag.post_mortem.logs import RankLogs, files_under, per_rank_files, read_rank_logs
+from slurmdiag.post_mortem.record import SlurmRecord, read_slurm_record
+from slurmdiag.post_mortem.verdicts import first_cause, postmortem_verdicts
 from slurmdiag.slurm.discover import job_ref_from_user
 from slurmdiag.slurm.parse import expand_hostlist
 from slurmdiag.slurm.sacct import (

@@ -22,7 +22,7 @@ def postmortem(job_id: str | int, *, out_dir: str | Path | None = None, write: b
     Options: logs=(paths...), flight_recorder=(TORCH_FR_DUMP_TEMP_FILE prefixes...),
     cores=True, core_dirs=(directories...).
     """
-    from slurmdiag.postmortem.build import postmortem_job
+    from slurmdiag.post_mortem.build import postmortem_job
 
     return postmortem_job(str(job_id), out_dir=out_dir, write=write or out_dir is not None,
                           **options).snapshot

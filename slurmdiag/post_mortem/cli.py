@@ -60,7 +60,7 @@ def summary_lines(snapshot, analysis, color: bool) -> list[str]:  # type: ignore
 
 
 def run(args: argparse.Namespace) -> int:
-    from slurmdiag.postmortem.build import postmortem_job
+    from slurmdiag.post_mortem.build import postmortem_job
     from slurmdiag.report.terminal import should_color
 
     result = postmortem_job(
