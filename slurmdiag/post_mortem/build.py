@@ -279,7 +279,10 @@ def analyze_postmortem(snapshot: Snapshot) -> Any:
     from slurmdiag.analysis import analyze
 
     analysis = analyze(snapshot)
-    return dataclasses.replace(analysis, verdicts=snapshot.verdicts)
+    # "missing"/"unknown" ranks speak of processes and nodes at attach time; after the end a
+    # rank without a stack simply left no traceback or core.
+    return dataclasses.replace(analysis, verdicts=snapshot.verdicts, missing_ranks=(),
+                               unknown_ranks=())
 
 
 def postmortem_job(
