@@ -243,7 +243,10 @@ def _crash_verdict(
         if core.frames:
             evidence.append(f"core {core.path} ({core.tool}): "
                             + (core.reason or "crashing thread") + "; innermost frames:")
-            evidence.extend(f"  {f.function} at {f.file}:{f.line or '?'}" for f in core.frames[:8])
+            # the Python frames first (they name the code), then the innermost native ones
+            python = [f for f in core.frames if not f.native][:5]
+            native = [f for f in core.frames if f.native][:4]
+            evidence.extend(f"  {f.function} at {f.file}:{f.line or '?'}" for f in python + native)
         else:
             evidence.append(f"core {core.path}: no stack ({core.message})")
     evidence.extend(_rank_tail(rank, last_lines))

@@ -395,3 +395,12 @@ def test_python_api_returns_the_snapshot(tmp_path):
                                    logs=(str(PM / "local_sig_job.out"),))
     assert written.report == str(tmp_path / "report.html")
     assert (tmp_path / "snapshot.json").is_file()
+
+
+def test_crash_evidence_lists_python_frames_before_native_ones():
+    _, _, frames = parse_pystack_core((PM / "pystack_core_segfault_native.txt").read_text())
+    core = CoreStack(path="/tmp/core", size=1, rank=3, frames=frames, tool="pystack")
+    verdicts, _ = _verdicts("seg", cores=(core,))
+    frame_lines = [e for e in verdicts[0].evidence if e.startswith("  ")]
+    assert frame_lines[0].startswith("  string_at at ") and "decode_sample" in frame_lines[1]
+    assert any("__memcpy_avx_unaligned_erms" in line for line in frame_lines[5:])
