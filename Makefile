@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
-APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-server iproute2 procps mariadb-server slurmdbd
+APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-server iproute2 procps mariadb-server slurmdbd gdb
 CLUSTER := deploy/local-cluster/cluster
 NODES ?= 4
 

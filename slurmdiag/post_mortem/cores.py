@@ -97,16 +97,18 @@ def parse_pystack_core(text: str) -> tuple[int | None, str | None, tuple[Frame, 
 
 
 _GDB_FRAME = re.compile(
-    r"^#\d+\s+(?:0x[0-9a-f]+ in )?(?P<func>\S+) \(.*?\)(?: at (?P<file>[^:]+):(?P<line>\d+)| from (?P<lib>\S+))?"
+    r"^#\d+\s+(?:0x[0-9a-f]+ in )?(?P<func>\S+) \(.*\)(?: at (?P<file>[^:\s]+):(?P<line>\d+)| from (?P<lib>\S+))?\s*$"
 )
 
 
 def parse_gdb_backtrace(text: str) -> tuple[Frame, ...]:
-    """``gdb -batch -ex bt`` frames, innermost first (as gdb prints them)."""
-    frames = []
+    """``gdb -batch -ex bt`` frames of the last backtrace, innermost first (as gdb prints them)."""
+    frames: list[Frame] = []
     for line in text.splitlines():
         m = _GDB_FRAME.match(line)
         if m:
+            if line.startswith("#0 "):
+                frames = []  # gdb shows the crashing frame on load, then the whole "bt"
             frames.append(Frame(function=m.group("func"), file=m.group("file") or m.group("lib") or "??",
                                 line=int(m.group("line")) if m.group("line") else None, native=True))
     return tuple(frames)

@@ -159,11 +159,16 @@ def test_pystack_core_output_crashing_thread():
 
 
 def test_gdb_backtrace_frames():
-    text = ("#0  0x00007f in __memcpy_avx_unaligned_erms () from /lib/x86_64-linux-gnu/libc.so.6\n"
-            "#1  0x0000555 in PyBytes_FromStringAndSize (str=0x8, size=16) at Objects/bytesobject.c:142\n")
-    frames = parse_gdb_backtrace(text)
-    assert [f.function for f in frames] == ["__memcpy_avx_unaligned_erms", "PyBytes_FromStringAndSize"]
-    assert frames[1].line == 142
+    # GIVEN gdb 13's "bt" of a real core (python segfaulting in ctypes.string_at)
+    frames = parse_gdb_backtrace((PM / "gdb_bt_python_segfault.txt").read_text())
+    names = [f.function for f in frames]
+    assert names[0] == "__memcpy_avx_unaligned_erms" and names[1] == "PyBytes_FromStringAndSize"
+    assert frames[1].file == "Objects/bytesobject.c" and frames[1].line == 142
+    # inlined frames without an address, and arguments holding parentheses and "<...>"
+    six = frames[names.index("_ctypes_callproc")]
+    assert six.file.endswith("Modules/_ctypes/callproc.c") and six.line == 1262
+    assert frames[names.index("ffi_call")].file == "/lib/x86_64-linux-gnu/libffi.so.8"
+    assert names[-1] == "_start" and len(frames) == 26
 
 
 # ---------------------------------------------------------------- verdicts
