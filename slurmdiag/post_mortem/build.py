@@ -213,10 +213,8 @@ def build_postmortem(
     rank_logs = read_rank_logs(paths)
     if not rank_logs.sources:
         tried = ", ".join(p for p, _ in paths) or "none known"
-        if not logs:
-            raise LogsGone(f"job {ref} ended {record.job.state}, but none of its logs can be read "
-                           f"(tried: {tried[:300]})")
-        notes.append(f"no log could be read (tried: {tried[:300]})")
+        raise LogsGone(f"job {ref} ended {record.job.state}, but none of its logs can be read "
+                       f"(tried: {tried[:300]})")
     for path in rank_logs.unreadable:
         notes.append(f"log not readable: {path}")
     if rank_logs.sources and not rank_logs.labelled and not any(

@@ -409,3 +409,25 @@ def test_crash_evidence_lists_python_frames_before_native_ones():
     frame_lines = [e for e in verdicts[0].evidence if e.startswith("  ")]
     assert frame_lines[0].startswith("  string_at at ") and "decode_sample" in frame_lines[1]
     assert any("__memcpy_avx_unaligned_erms" in line for line in frame_lines[4:])
+
+
+def test_cli_bad_job_id_and_missing_log(tmp_path, capsys):
+    from slurmdiag.cli import main
+
+    # a malformed id is a usage error before Slurm is asked
+    assert main(["postmortem", "12x"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: ") and err[1].startswith("hint: ")
+    # --help lists the options shared with attach
+    with pytest.raises(SystemExit):
+        main(["postmortem", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--json", "--out", "--no-report", "--log", "--flight-recorder", "--no-cores"):
+        assert option in out
+
+
+def test_a_given_log_that_is_gone_is_the_same_error(tmp_path):
+    text = (PM / "sacct_22.05_parsable2_sig.txt").read_text().replace("/tmp/i16-pm/sig", str(tmp_path))
+    runner = _runner({"--json": (1, "", "unrecognized option"), "--parsable2": (0, text, "")})
+    with pytest.raises(LogsGone):
+        build_postmortem("703603", runner=runner, cores=False, logs=(str(tmp_path / "nope.out"),))
