@@ -113,35 +113,68 @@ def read_flight_recorder(prefixes: Sequence[str], world_size: int | None) -> dic
     return {"dumps": dumps, "missing_ranks": missing, "errors": errors, "prefix": used}
 
 
+def _last_collective(raw: Any) -> tuple[int, str, int | None, int | None] | None:
+    """(seq, op, time_created_ns, timeout_ms) of a dump's last non-p2p collective."""
+    import json
+
+    data = raw
+    if isinstance(raw, (str, bytes)):
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(data, dict):
+        return None
+    best = None
+    for entry in data.get("entries") or ():
+        if not isinstance(entry, dict) or entry.get("is_p2p"):
+            continue
+        seq = entry.get("collective_seq_id")
+        if isinstance(seq, int) and (best is None or seq > best[0]):
+            created = entry.get("time_created_ns")
+            timeout = entry.get("timeout_ms")
+            best = (seq, str(entry.get("profiling_name") or "?"),
+                    created if isinstance(created, int) else None,
+                    timeout if isinstance(timeout, int) else None)
+    return best
+
+
 def _flight_summary(section: dict[str, Any] | None) -> dict[str, Any]:
-    """The last collective each dumped rank entered: what the timeout verdict cites."""
+    """The last collective each dumped rank entered, and whether it entered it in time.
+
+    A rank that entered the last collective more than its timeout after the first rank did
+    arrived after the others had given up: it is the one they waited for, dump or not.
+    """
     if not section:
         return {}
-    from slurmdiag.analysis.flight import parse_flight_recorder_dump
-    from slurmdiag.errors import ParseError
-
-    last: dict[int, tuple[int, str]] = {}
-    for rank_text, raw in section["dumps"].items():
-        try:
-            dump = parse_flight_recorder_dump(raw)
-        except ParseError:
-            continue
-        entries = [e for e in dump.entries if not e.is_p2p]
-        if entries:
-            entry = max(entries, key=lambda e: e.seq)
-            last[int(rank_text)] = (entry.seq, entry.op)
-    if not last:
-        return {}
-    seq = max(s for s, _ in last.values())
-    ops = sorted({op for s, op in last.values() if s == seq})
-    reached = sorted(r for r, (s, _) in last.items() if s == seq)
     from slurmdiag.slurm.parse import format_int_ranges
 
+    last = {int(r): found for r, raw in section["dumps"].items()
+            if (found := _last_collective(raw)) is not None}
+    if not last:
+        return {}
+    seq = max(found[0] for found in last.values())
+    at_seq = {r: found for r, found in last.items() if found[0] == seq}
+    ops = sorted({found[1] for found in at_seq.values()})
+    created = [found[2] for found in at_seq.values() if found[2] is not None]
+    timeouts = [found[3] for found in at_seq.values() if found[3]]
+    timed = bool(created) and bool(timeouts) and len(created) == len(at_seq)
+    late: list[int] = []
+    if timed:
+        deadline = min(created) + min(timeouts) * 1_000_000
+        late = sorted(r for r, found in at_seq.items() if (found[2] or 0) > deadline)
+    reached = sorted(set(at_seq) - set(late))
     text = (f"Flight Recorder ({section.get('prefix')}<rank>): ranks "
-            f"{format_int_ranges(sorted(last))} last entered collective #{seq} ({', '.join(ops)})")
+            f"{format_int_ranges(reached)} entered collective #{seq} ({', '.join(ops)}) in time")
+    if late:
+        text += f"; ranks {format_int_ranges(late)} entered it only after the timeout"
+    behind = sorted(set(last) - set(at_seq))
+    if behind:
+        text += f"; ranks {format_int_ranges(behind)} never reached it"
     if section["missing_ranks"]:
         text += f"; no dump from ranks {format_int_ranges(section['missing_ranks'])}"
-    return {"last_seq": seq, "summary": text, "reached_ranks": reached}
+    return {"last_seq": seq, "summary": text, "reached_ranks": reached, "late_ranks": late,
+            "timed": timed}
 
 
 def _rank_stacks(logs: RankLogs, cores: Sequence[CoreStack], record: SlurmRecord) -> tuple[Node, ...]:

@@ -281,9 +281,12 @@ def _timeout_verdict(
     # A rank whose Flight Recorder dump shows it entered the collective, and that said nothing
     # else, was a waiter cut short before it printed its timeout. A rank that reached it late
     # (its error came after the others' timeouts, e.g. their connections were gone) stays.
+    # With the dumps' creation times a rank that entered in time is a waiter even if it then
+    # lost a peer before it could time out; without them, only a silent one is.
     reached = {int(r) for r in flight_info.get("reached_ranks") or ()}  # type: ignore[attr-defined]
     spoke = {f.rank for f in findings if f.kind in ("peer_lost", "exception")}
-    culprits = sorted(everyone - set(timed_out) - (reached - spoke))
+    exonerated = reached if flight_info.get("timed") else reached - spoke
+    culprits = sorted(everyone - set(timed_out) - exonerated)
     cut_short = sorted({f.rank for f in findings if f.kind == "task_terminated" and f.rank in culprits
                         and f.rank is not None})
     where = f"{op}" + (f" (collective #{seq})" if seq else "") + (f" after {int(ms) // 1000} s" if ms else "")

@@ -76,9 +76,11 @@ def main() -> None:
             harness.report_ready(info, f"step {step}: all_reduce", role="waiting")
         try:
             loss = training.train_step(model, training.synthetic_batch(info.rank, step))  # WAITING
-        except RuntimeError as exc:
-            if mode == "gloo_timeout" and "Timed out" in str(exc):
-                dump_flight_recorder(info.rank)  # on a timeout only, as NCCL's watchdog does
+        except RuntimeError:
+            if mode == "gloo_timeout":
+                # every rank whose collective failed dumps, as NCCL's ranks all do once one of
+                # them times out (its watchdog tells the others through the store)
+                dump_flight_recorder(info.rank)
             raise
         harness.log(info, f"step {step} loss {loss:.4f}")
         time.sleep(0.2)
