@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-server iproute2 procps \
-                zsh bash-completion
+                zsh bash-completion mariadb-server slurmdbd gdb
 CLUSTER := deploy/local-cluster/cluster
 NODES ?= 4
 
@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	# torch pinned: this CPU build is available offline; an unpinned torch pulls a CUDA build.
 	$(VENV)/bin/pip install -q 'torch==2.13.0'
-	$(VENV)/bin/pip install -q -e '.[test,ssh,torch,dev]'
+	$(VENV)/bin/pip install -q -e '.[test,ssh,torch,dev,postmortem]'
 	touch $@
 
 venv: $(VENV)/.installed

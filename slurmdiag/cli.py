@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="permissions of the report (octal, default 0640)",
     )
 
+    from slurmdiag.post_mortem.cli import add_parser as add_postmortem_parser
+
+    add_postmortem_parser(sub, _file_mode)
     try:
         from slurmdiag.watch.cli_support import add_config_arguments, add_watch_arguments
     except ImportError:  # pragma: no cover - the watch package is part of every install

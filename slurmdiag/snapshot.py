@@ -332,6 +332,8 @@ class Snapshot:
     verdicts: tuple[Verdict, ...] = ()
     report: str | None = None
     probe: Probe | None = None  # slurmdiag probe's results (absent in attach snapshots)
+    # `slurmdiag postmortem` only: Slurm's record, logs read, cores, notes (docs/snapshot.md)
+    postmortem: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = to_jsonable(self)

@@ -39,7 +39,7 @@ _MAX_NODES_TEXT = 200
 class Alert:
     """What a notification says, independent of the chat system (stored as JSON for retries)."""
 
-    event: str  # stuck | recovered
+    event: str  # stuck | recovered | postmortem
     job_id: str
     job_name: str | None = None
     user: str | None = None
@@ -114,6 +114,8 @@ def title(alert: Alert) -> str:
     if alert.event == "recovered":
         reason = f": {alert.reason}" if alert.reason else ""
         return f"Job {alert.job_id}{name}{where} recovered{reason}"
+    if alert.event == "postmortem":
+        return f"Job {alert.job_id}{name}{where} ended: post-mortem ({alert.reason or 'failed'})"
     return f"Job {alert.job_id}{name}{where} looks stuck"
 
 
@@ -300,7 +302,7 @@ def teams_payload(alert: Alert) -> dict[str, Any]:
 def webhook_payload(alert: Alert) -> dict[str, Any]:
     """Generic JSON for anything else (PagerDuty bridges, ticket systems, your own bot)."""
     return {
-        "event": "stuck_job" if alert.event == "stuck" else "job_recovered",
+        "event": {"stuck": "stuck_job", "postmortem": "job_postmortem"}.get(alert.event, "job_recovered"),
         "job": {
             "id": alert.job_id,
             "name": alert.job_name,

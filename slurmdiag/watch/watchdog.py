@@ -92,6 +92,17 @@ def _default_attach(job_id: str, **options: Any) -> Snapshot:
     return attach(job_id, **options)
 
 
+def _default_postmortem(job_id: str, out_dir: Path, runner: Any) -> Snapshot:
+    from slurmdiag.post_mortem.build import postmortem_job
+
+    return postmortem_job(job_id, out_dir=out_dir, runner=runner).snapshot
+
+
+#: Job states after which the watchdog posts a post-mortem instead of "recovered".
+FAILED_END_STATES = frozenset({"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
+                               "DEADLINE", "PREEMPTED"})
+
+
 # --------------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------------
@@ -508,9 +519,11 @@ class Watchdog:
         clock: Callable[[], float] = time.time,
         send: Sender | None = None,
         log: Callable[[str], None] | None = None,
+        postmortem: Callable[[str, Path, Any], Snapshot] | None = None,
     ) -> None:
         self.settings = settings
         self._attach = attach or _default_attach
+        self._postmortem = postmortem or _default_postmortem
         self._runner = runner or _default_runner
         self._clock = clock
         self._send = send or notify
@@ -731,6 +744,8 @@ class _Pass:
             if record.stuck_since is not None and not self.dog.confirm_ended(record.job_id):
                 continue  # squeue may have left it out by accident: never say "recovered" lightly
             was_stuck = self.db.clear_stuck(record.job_id, now=self.now(), ended=True)
+            if was_stuck and self._post_mortem(record):
+                continue
             if was_stuck:
                 alert = Alert(
                     event="recovered",
@@ -744,6 +759,45 @@ class _Pass:
                 self.outcomes.append(
                     JobOutcome(record.job_id, "ended", record.name, record.user, alert.reason or "")
                 )
+
+    def _post_mortem(self, record: Any) -> bool:
+        """A job we alerted about ended in failure: post why, with the report link, once."""
+        if not self.db.stuck_alert_delivered(record.job_id):
+            return False
+        out_dir = report_out_dir(self.watch.report_dir, record.job_id, self.now())
+        try:
+            snapshot = self.dog._postmortem(record.job_id, out_dir, self.dog._runner)
+        except SlurmdiagError as exc:
+            self.errors.append(f"job {record.job_id}: no post-mortem: {exc.message}")
+            return False
+        state = (snapshot.job.state or "").upper()
+        if state not in FAILED_END_STATES:
+            return False  # completed or cancelled: "recovered" says it
+        report_url = report_url_for(snapshot.report, self.watch.report_dir,
+                                    self.watch.report_url_base)
+        alert = Alert(
+            event="postmortem",
+            job_id=record.job_id,
+            job_name=record.name,
+            user=record.user,
+            nodes=snapshot.job.nodes,
+            verdicts=tuple(v for v in snapshot.verdicts if v.severity != "info")[:4],
+            report_url=report_url,
+            report_path=snapshot.report,
+            cluster=self.watch.cluster_name,
+            reason=f"the job ended {state}",
+        )
+        alert_id = self.db.claim_postmortem_alert(
+            record.job_id, payload=alert.to_dict(), now=self.now(),
+            deliver=self.notify_settings.enabled, report_path=snapshot.report,
+        )
+        self.outcomes.append(JobOutcome(
+            record.job_id, "ended", record.name, record.user,
+            (snapshot.verdicts[0].summary if snapshot.verdicts else alert.reason or ""),
+            None, tuple(snapshot.verdicts), snapshot.report, report_url))
+        if alert_id is not None and self.notify_settings.enabled:
+            self._deliver(alert_id, alert, retry=False)
+        return True
 
     def _cheap_signals(self, job: SlurmJob, mode: str) -> tuple[SlurmJob, float] | None:
         now = self.now()
@@ -1005,10 +1059,12 @@ def run_once(
     now: Callable[[], float] = time.time,
     send: Sender | None = None,
     log: Callable[[str], None] | None = None,
+    postmortem: Callable[[str, Path, Any], Snapshot] | None = None,
 ) -> WatchResult:
     """One watch pass with ``settings``; see ``Watchdog`` for the injectable parts."""
     return Watchdog(
-        settings, attach=attach, runner=runner, clock=now, send=send, log=log
+        settings, attach=attach, runner=runner, clock=now, send=send, log=log,
+        postmortem=postmortem,
     ).run_once()
 
 

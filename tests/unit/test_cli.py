@@ -153,7 +153,7 @@ def test_every_command_help_shows_defaults_and_two_examples():
 
     commands = [(p, sub) for p, sub in _all_parsers(build_parser()) if p]
     assert {("attach",), ("report",), ("watch",), ("config", "check"), ("doctor",),
-            ("completion",), ("probe",)} <= {p for p, _ in commands}
+            ("completion",), ("probe",), ("postmortem",)} <= {p for p, _ in commands}
     for path, sub in commands:
         text = sub.format_help()
         examples = text.split("examples:\n", 1)

@@ -641,6 +641,67 @@ def test_recovered_message_when_the_stuck_job_ends(world: World) -> None:
     assert [(o.job_id, o.status) for o in result.outcomes if o.job_id == HUNG] == [(HUNG, "ended")]
 
 
+def _fixture_postmortem(calls: list[str]):  # type: ignore[no-untyped-def]
+    """The real post-mortem of a real segfaulted job (sacct and log captured on the local cluster)."""
+    from slurmdiag.post_mortem.build import postmortem_job
+
+    pm = Path(__file__).resolve().parents[1] / "fixtures" / "postmortem"
+
+    def sacct(argv: list[str], timeout: float, **kwargs: Any) -> CommandResult:
+        name = "sacct_22.05_json_seg.json" if "--json" in argv else "sacct_22.05_parsable2_seg.txt"
+        return CommandResult(tuple(argv), 0, (pm / name).read_text(), "")
+
+    def postmortem(job_id: str, out_dir: Path, runner: Any) -> Snapshot:
+        calls.append(job_id)
+        return postmortem_job("703602", out_dir=out_dir, runner=sacct, cores=False,
+                              logs=(str(pm / "local_seg_job.out"),)).snapshot
+
+    return postmortem
+
+
+def test_postmortem_posted_once_when_an_alerted_job_ends_in_failure(world: World) -> None:
+    # GIVEN a job the watchdog alerted about as stuck
+    calls: list[str] = []
+    postmortem = _fixture_postmortem(calls)
+    with WebhookServer() as chat:
+        settings = world.settings(chat.url, kind="webhook")
+        world.run(settings, postmortem=postmortem)
+        # WHEN it ends (in failure: a rank segfaulted) and the next pass runs
+        world.slurm.jobs = [j for j in world.slurm.jobs if str(j["job_id"]) != HUNG]
+        world.clock.advance(300)
+        result = world.run(settings, postmortem=postmortem)
+        # THEN one post-mortem is posted instead of "recovered", naming the culprit, with a link
+        # to the post-mortem report
+        assert [b["event"] for b in chat.delivered] == ["stuck_job", "job_postmortem"]
+        body = chat.delivered[1]
+        assert body["job"]["id"] == HUNG and body["reason"] == "the job ended FAILED"
+        assert body["verdicts"][0]["kind"] == "rank_crashed"
+        assert body["verdicts"][0]["culprit_ranks"] == [3]
+        assert body["report_url"].startswith("https://reports.example.org/r/")
+        assert Path(body["report_path"]).is_file()
+        assert [(o.job_id, o.status) for o in result.outcomes if o.job_id == HUNG] == [(HUNG, "ended")]
+        # AND a later pass posts nothing more (the state records it)
+        world.clock.advance(300)
+        world.run(settings, postmortem=postmortem)
+        assert len(chat.delivered) == 2 and calls == [HUNG]
+    alerts = StateDB(settings.watch.state_db).alerts(HUNG)
+    assert [a.event for a in alerts] == ["stuck", "postmortem"]
+
+
+def test_no_postmortem_for_a_job_never_alerted_about(world: World) -> None:
+    # GIVEN a healthy job (never alerted) that ends
+    calls: list[str] = []
+    with WebhookServer() as chat:
+        settings = world.settings(chat.url, kind="webhook")
+        world.run(settings, postmortem=_fixture_postmortem(calls))
+        world.slurm.jobs = [j for j in world.slurm.jobs if str(j["job_id"]) != HEALTHY]
+        world.clock.advance(300)
+        world.run(settings, postmortem=_fixture_postmortem(calls))
+    # THEN no post-mortem is run or posted for it
+    assert HEALTHY not in calls
+    assert all(b["event"] != "job_postmortem" for b in chat.delivered)
+
+
 def test_a_stuck_job_missing_from_squeue_but_running_is_not_recovered(world: World) -> None:
     # GIVEN a stuck job that squeue leaves out once, while scontrol still shows it running
     with WebhookServer() as chat:
