@@ -22,6 +22,7 @@ from pathlib import Path
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError, TransportFailed, UsageError
+from slurmdiag.safeio import one_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -176,7 +177,7 @@ def _run_attach(args: argparse.Namespace) -> int:
     from slurmdiag.report.terminal import format_summary, should_color  # loaded during attach
 
     for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {one_line(warning)}", file=sys.stderr)
     snapshot = result.snapshot
     if args.json:
         sys.stdout.write(snapshot.to_json(indent=1) + "\n")
@@ -188,6 +189,16 @@ def _run_attach(args: argparse.Namespace) -> int:
             report_path=snapshot.report,
         )
         sys.stdout.write("\n".join(lines) + "\n")
+    if result.write_error is not None:
+        # Nothing collected is lost: the snapshot is on stdout (--json), kept elsewhere, or
+        # printed now.
+        failure = result.write_error
+        if failure.kept is None and not args.json:
+            sys.stdout.write(snapshot.to_json(indent=1) + "\n")
+            print("the snapshot was written to stdout instead", file=sys.stderr)
+        print(f"error: {one_line(failure.message)}", file=sys.stderr)
+        print(f"hint: {failure.hint}", file=sys.stderr)
+        return failure.exit_code
     if result.out_dir is not None:
         print(f"snapshot: {result.out_dir / 'snapshot.json'}", file=sys.stderr)
         if snapshot.report:
@@ -195,7 +206,8 @@ def _run_attach(args: argparse.Namespace) -> int:
     if snapshot.nodes and all(node.status != "ok" for node in snapshot.nodes):
         # Written and shown above (each node's reason is data), yet nothing was collected.
         first = snapshot.nodes[0]
-        print(f"error: no node answered ({first.name}: {first.message})", file=sys.stderr)
+        print(f"error: no node answered ({one_line(f'{first.name}: {first.message}')})",
+              file=sys.stderr)
         hint = TransportFailed("").hint
         if args.transport == "ssh":
             hint = "check ssh access to the nodes (keys, known_hosts, --ssh-user/--ssh-port)"
@@ -241,9 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_report(args)
         return int(args.handler(args))
     except SlurmdiagError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        print(f"error: {one_line(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+            print(f"hint: {one_line(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -26,7 +26,6 @@ import re
 import socket
 import sqlite3
 import sys
-import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
@@ -44,6 +43,7 @@ from slurmdiag.errors import (
     SlurmdiagError,
     SlurmUnavailable,
 )
+from slurmdiag.safeio import atomic_write
 from slurmdiag.slurm.parse import (
     SQUEUE_TEXT_FORMAT,
     SlurmJob,
@@ -411,24 +411,7 @@ def write_heartbeat(path: Path, result: WatchResult, now: float) -> None:
         "pid": os.getpid(),
         "summary": result.summary(),
     }
-    fd, tmp = tempfile.mkstemp(prefix=".heartbeat.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    atomic_write(path, json.dumps(data, indent=1) + "\n", 0o600)
 
 
 def heartbeat_status(path: Path, max_age_s: float, now: float | None = None) -> tuple[int, str]:
