@@ -240,3 +240,14 @@ def one_line(text: object) -> str:
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
     return _CONTROL.sub(escape, str(text))
+
+
+def decimal_int(text: str | None, max_digits: int = 18) -> int | None:
+    """``int(text)`` for plain ASCII digits (at most ``max_digits``), else None — never raises.
+
+    ``str.isdigit()`` admits ``'²'`` and ``int()`` refuses it; ``int()`` also refuses strings of
+    more than 4,300 digits. Every count, pid, port or id read from text goes through here.
+    """
+    if not text or len(text) > max_digits or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)

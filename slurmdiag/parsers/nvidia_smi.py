@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from slurmdiag.errors import ParseError
+from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import Gpu, GpuApp
 
 __all__ = [
@@ -504,7 +505,7 @@ def parse_xid_events(text: str) -> tuple[XidEvent, ...]:
             XidEvent(
                 xid=int(match.group("xid")),
                 pci=match.group("pci"),
-                pid=int(pid_text) if pid_text.isdigit() else None,
+                pid=decimal_int(pid_text),
                 process_name=name if name and name != "<unknown>" else None,
                 message=match.group("message").strip(),
                 line=line.strip(),

@@ -27,7 +27,7 @@ import jinja2
 
 from slurmdiag import _version
 from slurmdiag.analysis.model import Analysis, ClassifiedFrame, StackClass, TreeNode
-from slurmdiag.safeio import atomic_write, iter_job_lines, job_uid
+from slurmdiag.safeio import atomic_write, decimal_int, iter_job_lines, job_uid
 from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
 from slurmdiag.snapshot import Frame, Gpu, Node, Rank, Snapshot, ThreadStack, Verdict
 
@@ -385,8 +385,8 @@ def source_frames(analysis: Analysis) -> list[tuple[str, int | None]]:
     for verdict in analysis.verdicts:
         for site in verdict.sites:
             file, _, line = site.rpartition(":")
-            if file and line.isdigit():
-                frames.append((file, int(line)))
+            if file and (number := decimal_int(line)) is not None:
+                frames.append((file, number))
     for stack_class in analysis.classes:
         if stack_class.top_user_frame is not None:
             frames.append((stack_class.top_user_frame.file, stack_class.top_user_frame.line))

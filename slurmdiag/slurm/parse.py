@@ -23,11 +23,13 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from slurmdiag.errors import ParseError
+from slurmdiag.safeio import decimal_int
 
 __all__ = [
     "SQUEUE_TEXT_DELIMITER",
     "SQUEUE_TEXT_FIELDS",
     "SQUEUE_TEXT_FORMAT",
+    "ForgedJobRecord",
     "JobNodeDetail",
     "JobRef",
     "ListPid",
@@ -400,7 +402,46 @@ def parse_scontrol_job(text: str) -> list[SlurmJob]:
             return []
         first_line = stripped.splitlines()[0][:120]
         raise ParseError(f"no 'JobId=' record in scontrol output (starts with {first_line!r})")
-    return [_job_from_pairs(_tokenize_record(record)) for record in records]
+    jobs = []
+    for record in records:
+        pairs = _tokenize_record(record)
+        _check_not_forged(pairs)
+        jobs.append(_job_from_pairs(pairs))
+    return jobs
+
+
+class ForgedJobRecord(ParseError):
+    """scontrol text whose fields a job's own text (its name, a path) could have forged."""
+
+    default_hint = "slurmdiag reads such a job from 'squeue --json' (Slurm 22.05+) instead"
+
+
+# The fields slurmdiag trusts, in the order every Slurm version prints them (JobName is the 2nd
+# field; Command, WorkDir and the Std* paths come late, after NodeList). Their values may hold
+# spaces and ' Key=value' text, so a job named 'x UserId=root StdOut=/etc/shadow' makes those
+# keys appear twice or out of this order: such a record is refused, never resolved by guessing.
+_IDENTITY_RANK = {
+    "JobId": 0, "JobName": 1, "UserId": 2, "GroupId": 3, "JobState": 4, "NodeList": 5,
+    "Command": 6, "WorkDir": 6, "StdErr": 6, "StdIn": 6, "StdOut": 6,
+}  # fmt: skip
+
+
+def _check_not_forged(pairs: list[tuple[str, str]]) -> None:
+    seen: set[str] = set()
+    last = -1
+    for key, _ in pairs:
+        if key in _DETAIL_KEYS:
+            continue
+        if key in seen:
+            raise ForgedJobRecord(f"scontrol printed {key}= twice in one job record: a job name "
+                                  "or path holds field text")
+        seen.add(key)
+        position = _IDENTITY_RANK.get(key)
+        if position is not None:
+            if position < last:
+                raise ForgedJobRecord(f"scontrol printed {key}= out of Slurm's order: a job name "
+                                      "or path holds field text")
+            last = position
 
 
 def _split_records(text: str, first_key: str) -> list[str]:
@@ -737,9 +778,9 @@ def _json_details(job: Mapping[str, Any], nodes: tuple[str, ...]) -> tuple[JobNo
     allocated = resources.get("allocated_nodes")
     if isinstance(allocated, dict):  # v0.0.37: {"0": {"memory": .., "cpus": ..}}, names by index
         for key, node in allocated.items():
-            if not (isinstance(node, dict) and str(key).isdigit()):
+            index = decimal_int(str(key))
+            if not isinstance(node, dict) or index is None:
                 continue
-            index = int(key)
             name = nodes[index] if index < len(nodes) else ""
             mem = node.get("memory")
             details.append(
@@ -917,7 +958,7 @@ def parse_scontrol_listpids(text: str) -> list[ListPid]:
             header_seen = True
             continue
         parts = line.split()
-        if len(parts) != 5 or not parts[0].isdigit():
+        if len(parts) != 5 or decimal_int(parts[0]) is None:
             continue
         pid, job_id, step_id, local_id, global_id = parts
         rows.append(
@@ -925,8 +966,8 @@ def parse_scontrol_listpids(text: str) -> list[ListPid]:
                 pid=int(pid),
                 job_id=job_id,
                 step_id=step_id,
-                local_id=int(local_id) if local_id.isdigit() else None,
-                global_id=int(global_id) if global_id.isdigit() else None,
+                local_id=decimal_int(local_id),
+                global_id=decimal_int(global_id),
             )
         )
     if text.strip() and not header_seen and not rows:

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from slurmdiag.safeio import decimal_int
 from slurmdiag.transport.framing import decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
 
@@ -403,9 +404,9 @@ def fan_out_srun(
         parts = line.split(" ", 5)
         last_chunk = (
             len(parts) >= 5
-            and parts[2].isdigit()
-            and parts[3].isdigit()
-            and int(parts[2]) == int(parts[3]) - 1
+            and (seq := decimal_int(parts[2])) is not None
+            and (total := decimal_int(parts[3])) is not None
+            and seq == total - 1
         )
         if last_chunk and parts[1] not in answered:
             answered.add(parts[1])

@@ -43,7 +43,7 @@ from slurmdiag.errors import (
     SlurmdiagError,
     SlurmUnavailable,
 )
-from slurmdiag.safeio import atomic_write
+from slurmdiag.safeio import atomic_write, decimal_int
 from slurmdiag.slurm.parse import (
     SQUEUE_TEXT_FORMAT,
     SlurmJob,
@@ -308,7 +308,7 @@ def expand_output_path(pattern: str | None, job: SlurmJob) -> str | None:
     """
     if not pattern:
         return None
-    task_id = job.array_task_id if job.array_task_id and job.array_task_id.isdigit() else None
+    task_id = job.array_task_id if decimal_int(job.array_task_id) is not None else None
     values = {
         "%": "%",
         "A": job.array_job_id or job.job_id,
@@ -318,7 +318,7 @@ def expand_output_path(pattern: str | None, job: SlurmJob) -> str | None:
         "N": job.batch_host or (job.nodes[0] if job.nodes else None),
         "u": job.user,
         "x": job.name,
-        "b": str(int(task_id) % 10) if task_id else "0",
+        "b": task_id[-1] if task_id else "0",
     }
     unknown = False
 
@@ -329,7 +329,7 @@ def expand_output_path(pattern: str | None, job: SlurmJob) -> str | None:
         if value is None:
             unknown = True
             return ""
-        return value.zfill(int(width)) if width and value.isdigit() else value
+        return value.zfill(min(int(width), 64)) if width and decimal_int(value) is not None else value
 
     expanded = _PATTERN_RE.sub(replace, pattern)
     if unknown or expanded == "/dev/null":
