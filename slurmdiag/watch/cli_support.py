@@ -20,6 +20,7 @@ from slurmdiag.config import (
     parse_duration,
 )
 from slurmdiag.errors import ConfigError, UsageError
+from slurmdiag.safeio import one_line
 
 WATCH_EPILOG = """\
 exit codes: 0 nothing stuck (or another run holds the lock), 1 stuck jobs found,
@@ -77,7 +78,7 @@ def add_config_arguments(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _err(line: str) -> None:
-    print(line, file=sys.stderr)
+    print(one_line(line), file=sys.stderr)  # job names and paths: no control characters
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

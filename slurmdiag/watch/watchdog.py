@@ -43,7 +43,7 @@ from slurmdiag.errors import (
     SlurmdiagError,
     SlurmUnavailable,
 )
-from slurmdiag.safeio import atomic_write, decimal_int
+from slurmdiag.safeio import atomic_write, decimal_int, one_line
 from slurmdiag.slurm.parse import (
     SQUEUE_TEXT_FORMAT,
     SlurmJob,
@@ -447,7 +447,7 @@ def check_heartbeat(path: Path | str, max_age: float, *, now: float | None = Non
 
 
 def _log_to_stderr(message: str) -> None:
-    print(f"watch: {message}", file=sys.stderr, flush=True)
+    print(f"watch: {one_line(message)}", file=sys.stderr, flush=True)
 
 
 class Watchdog:
