@@ -54,7 +54,11 @@ __all__ = [
 # Slurm refuses absurd ranges too; this keeps a typo like node[1-99999999] from eating memory.
 _MAX_HOSTS = 1 << 20
 
-_RANGE_ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE_ITEM_RE = re.compile(r"^([0-9]{1,18})(?:-([0-9]{1,18}))?$")
+
+
+class SlurmTextError(ParseError, ValueError):
+    """A host list, integer range or job id Slurm would not print (also a ValueError, as it was)."""
 
 
 def parse_int_ranges(text: str) -> list[int]:
@@ -73,20 +77,20 @@ def format_int_ranges(ints: Iterable[int]) -> str:
     """Render integers as Slurm-style ranges: ``[0..6, 8, 10..15]`` -> ``"0-6,8,10-15"``."""
     values = sorted(set(ints))
     if values and values[0] < 0:
-        raise ValueError(f"negative value {values[0]} cannot be written as a range")
+        raise SlurmTextError(f"negative value {values[0]} cannot be written as a range")
     return ",".join(_format_runs(values, width=0))
 
 
 def _parse_range_item(item: str, whole: str) -> tuple[int, int]:
     match = _RANGE_ITEM_RE.match(item)
     if not match:
-        raise ValueError(f"invalid range {item!r} in {whole!r}")
+        raise SlurmTextError(f"invalid range {item!r} in {whole!r}")
     lo = int(match.group(1))
     hi = int(match.group(2)) if match.group(2) is not None else lo
     if hi < lo:
-        raise ValueError(f"descending range {item!r} in {whole!r}")
+        raise SlurmTextError(f"descending range {item!r} in {whole!r}")
     if hi - lo >= _MAX_HOSTS:
-        raise ValueError(f"range {item!r} in {whole!r} is too large")
+        raise SlurmTextError(f"range {item!r} in {whole!r} is too large")
     return lo, hi
 
 
@@ -115,7 +119,7 @@ def expand_hostlist(expr: str) -> list[str]:
     for token in _split_hostlist(expr):
         hosts.extend(_expand_host_token(token, expr))
         if len(hosts) > _MAX_HOSTS:
-            raise ValueError(f"host list {expr!r} expands to more than {_MAX_HOSTS} names")
+            raise SlurmTextError(f"host list {expr!r} expands to more than {_MAX_HOSTS} names")
     return hosts
 
 
@@ -127,11 +131,11 @@ def _split_hostlist(expr: str) -> list[str]:
     for char in expr:
         if char == "[":
             if inside:
-                raise ValueError(f"Invalid hostlist: nested '[' in {expr!r}")
+                raise SlurmTextError(f"Invalid hostlist: nested '[' in {expr!r}")
             inside = True
         elif char == "]":
             if not inside:
-                raise ValueError(f"Invalid hostlist: ']' without '[' in {expr!r}")
+                raise SlurmTextError(f"Invalid hostlist: ']' without '[' in {expr!r}")
             inside = False
         elif not inside and (char == "," or char.isspace()):
             if current:
@@ -140,7 +144,7 @@ def _split_hostlist(expr: str) -> list[str]:
             continue
         current.append(char)
     if inside:
-        raise ValueError(f"Invalid hostlist: unbalanced '[' in {expr!r}")
+        raise SlurmTextError(f"Invalid hostlist: unbalanced '[' in {expr!r}")
     if current:
         tokens.append("".join(current))
     return tokens
@@ -156,11 +160,11 @@ def _expand_host_token(token: str, whole: str) -> list[str]:
         return [token]
     if literals[-1]:
         # Slurm's hostlist.c only accepts a bracket at the very end of a token.
-        raise ValueError(f"Invalid hostlist: text after ']' in {whole!r}")
+        raise SlurmTextError(f"Invalid hostlist: text after ']' in {whole!r}")
     choices: list[list[str]] = []
     for group in groups:
         if not group.strip():
-            raise ValueError(f"Invalid hostlist: empty brackets in {whole!r}")
+            raise SlurmTextError(f"Invalid hostlist: empty brackets in {whole!r}")
         values: list[str] = []
         for item in group.split(","):
             item = item.strip()
@@ -174,7 +178,7 @@ def _expand_host_token(token: str, whole: str) -> list[str]:
     return names
 
 
-_NUMBERED_NAME_RE = re.compile(r"^(.*?)(\d+)$")
+_NUMBERED_NAME_RE = re.compile(r"^(.*?)([0-9]+)$")
 
 
 def compress_hostlist(names: Iterable[str]) -> str:
@@ -234,7 +238,7 @@ def compress_hostlist(names: Iterable[str]) -> str:
 # Job ids
 # --------------------------------------------------------------------------------------------
 
-_JOB_ID_RE = re.compile(r"^(\d+)(?:_(\d+)|\+(\d+))?$")
+_JOB_ID_RE = re.compile(r"^([0-9]{1,18})(?:_([0-9]{1,18})|\+([0-9]{1,18}))?$")
 
 
 @dataclass(frozen=True)
@@ -257,7 +261,7 @@ def parse_job_id(text: str) -> JobRef:
     """Parse ``123``, ``123_4`` or ``123+1``; anything else (steps, ranges, names) -> ValueError."""
     match = _JOB_ID_RE.match(text.strip())
     if not match:
-        raise ValueError(
+        raise SlurmTextError(
             f"invalid job id {text!r}: expected 123, 123_4 (array task) or 123+1 (het component)"
         )
     base = str(int(match.group(1)))
@@ -874,7 +878,7 @@ def parse_squeue_text(
     return jobs
 
 
-_SQUEUE_ID_RE = re.compile(r"^(\d+)(?:_\[?([^\]]*)\]?|\+(\d+))?$")
+_SQUEUE_ID_RE = re.compile(r"^([0-9]{1,18})(?:_\[?([^\]]*)\]?|\+([0-9]{1,18}))?$")
 
 
 def _job_from_squeue_row(row: dict[str, str]) -> SlurmJob:
