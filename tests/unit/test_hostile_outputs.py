@@ -141,3 +141,45 @@ def test_attach_on_a_full_disk_exits_10_with_the_snapshot(
         os.unlink(kept)
     if as_json:
         assert json.loads(out)["job"]["id"] == "42"
+
+
+def test_the_watchdog_goes_on_over_a_full_report_dir(tmp_path: Path) -> None:
+    # GIVEN two stuck jobs and a report_dir on a full file system; the attach writes its
+    # outputs with the real write_outputs
+    from support.webhook import WebhookServer
+    from test_watchdog import HEALTHY, HUNG, World, hung_snapshot
+    from test_watchdog import world as make_world
+
+    world: World = make_world.__wrapped__(tmp_path)  # type: ignore[attr-defined]
+    world.attach.snapshots[HEALTHY] = hung_snapshot
+    kept: list[str] = []
+
+    def attach(job_id: str, **options: object) -> Snapshot:
+        out_dir = options.pop("out_dir", None)
+        snapshot = world.attach(job_id, **options)
+        if out_dir is not None:
+            try:
+                return api.write_outputs(snapshot, Path(str(out_dir)), analyze(snapshot))
+            except OutputFailed as exc:
+                kept.append(str(exc.kept))
+                raise
+        return snapshot
+
+    with _small_tmpfs(tmp_path / "reports") as reports:
+        _fill(reports)
+        with WebhookServer() as chat:
+            # WHEN one watch pass runs
+            result = world.run(world.settings(chat.url, report_dir=reports), attach=attach)
+    try:
+        # THEN both jobs are alerted (without a report), each error says why and where the
+        # snapshot went, and the pass completed (heartbeat written, exit 1: stuck jobs found)
+        assert sorted(result.stuck_jobs) == sorted((HUNG, HEALTHY))
+        assert len(chat.delivered) == 2
+        assert len(result.errors) == 2
+        assert all("No space left on device" in e and "kept in" in e for e in result.errors)
+        assert result.exit_code == 1
+        assert world.settings().watch.heartbeat_file.exists()
+    finally:
+        for path in kept:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
