@@ -26,11 +26,25 @@ HOSTILE_NAME = "cap args UserId=nobody(65534) StdOut=/etc/shadow"
 
 
 def test_a_job_name_with_field_text_does_not_override_the_real_fields() -> None:
-    # GIVEN the real one-line record of a job whose name holds ' UserId=... StdOut=/etc/shadow'
-    forged = ONE_LINE.replace("JobName=cap args", f"JobName={HOSTILE_NAME}")
+    # GIVEN the real one-line record (Slurm 22.05) of a job submitted with
+    # -J 'x UserId=nobody(65534) StdOut=/etc/shadow'
+    forged = (SLURM / "local_22.05_show_job_d_o_forged_name.txt").read_text()
     # WHEN it is parsed THEN it is refused as forged, never read as user nobody / /etc/shadow
     with pytest.raises(ForgedJobRecord):
         parse_scontrol_job(forged)
+
+
+def test_the_real_forged_job_is_read_from_its_real_squeue_json() -> None:
+    # GIVEN the real scontrol text and squeue --json of that job
+    forged = (SLURM / "local_22.05_show_job_d_o_forged_name.txt").read_text()
+    squeue = (SLURM / "local_22.05_squeue_json_forged_name.json").read_text()
+    job_id = forged.split()[0].removeprefix("JobId=")
+    runner = FakeRunner([VERSION_2205, (["scontrol", "show", "job"], (0, forged, "")),
+                         (["squeue", "--json"], (0, squeue, ""))])
+    # WHEN discovered THEN the real user, the whole name, not /etc/shadow
+    job = discover_job(job_ref_from_user(job_id), runner)
+    assert job.user == "root" and job.name == "x UserId=nobody(65534) StdOut=/etc/shadow"
+    assert job.stdout != "/etc/shadow" and job.nodes == ("node001",)
 
 
 def test_a_forged_field_absent_from_the_real_record_is_caught_by_the_order() -> None:
