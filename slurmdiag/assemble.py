@@ -268,7 +268,8 @@ def node_from_outcome(outcome: NodeOutcome) -> Node:
             )
         try:
             return node_from_document(outcome.name, outcome.document)
-        except (KeyError, TypeError, ValueError, ParseError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError,
+                ParseError) as exc:
             return Node(
                 name=outcome.name,
                 status="error",

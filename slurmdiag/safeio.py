@@ -48,12 +48,13 @@ def job_uid(user: str | int | None) -> int | None:
         return user if user >= 0 else None
     text = user.strip()
     if text.endswith(")") and "(" in text:  # scontrol's "alice(1000)"
-        inner = text[text.rindex("(") + 1 : -1]
-        if inner.isascii() and inner.isdecimal():
-            return int(inner)
+        inner = decimal_int(text[text.rindex("(") + 1 : -1], 10)
+        if inner is not None:
+            return inner
         text = text[: text.rindex("(")]
-    if text.isascii() and text.isdecimal():
-        return int(text)
+    number = decimal_int(text, 10)
+    if number is not None:
+        return number
     try:
         return pwd.getpwnam(text).pw_uid
     except (KeyError, ValueError):

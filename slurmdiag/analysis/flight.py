@@ -19,6 +19,7 @@ from typing import Any
 
 from slurmdiag.analysis.stacks import is_user_file
 from slurmdiag.errors import ParseError
+from slurmdiag.safeio import decimal_int
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Verdict
 
@@ -214,8 +215,7 @@ def first_disagreement(dumps: Mapping[int, FrDump]) -> list[FrDisagreement]:
 def _rank_number(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    text = str(value)
-    return int(text) if text.isascii() and text.isdecimal() and len(text) < 10 else None
+    return decimal_int(str(value), 9)
 
 
 def _user_site(frames: tuple[str, ...]) -> str | None:

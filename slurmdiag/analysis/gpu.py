@@ -72,7 +72,7 @@ HARDWARE_XIDS = frozenset(
     }
 )
 _THROTTLE_WORDS = ("hw_slowdown", "hw_thermal", "sw_thermal", "power_brake", "thermal")
-_XID_RE = re.compile(r"Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>\d+)")
+_XID_RE = re.compile(r"Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>[0-9]{1,9})(?![0-9])")
 _YES = frozenset({"yes", "true", "1", "active"})
 
 

@@ -346,6 +346,8 @@ def parse_nvidia_smi_xml(text: str) -> tuple[Gpu, ...]:
         if not text.strip():
             return ()
         raise ParseError("not nvidia-smi XML: no <nvidia_smi_log> or <gpu> element")
+    # A node document is JSON, which can carry lone surrogates: the XML parser cannot encode them.
+    text = text.encode("utf-8", errors="replace").decode("utf-8")
     try:
         root = ET.fromstring(text)
     except ET.ParseError:
@@ -485,7 +487,7 @@ class XidEvent:
 
 
 XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>\d+)"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>[0-9]{1,9})(?![0-9])"
     r"(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<message>.*)$"
 )
 

@@ -333,7 +333,7 @@ def _leading_int(value: str | None) -> int | None:
     """``"2-2"`` (NumNodes min-max) -> 2, ``"64"`` -> 64, ``"N/A"`` -> None."""
     if value is None:
         return None
-    match = re.match(r"\s*(\d+)", value)
+    match = re.match(r"\s*([0-9]{1,18})(?![0-9])", value)
     return int(match.group(1)) if match else None
 
 
