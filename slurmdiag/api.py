@@ -141,6 +141,7 @@ def collect_snapshot(
             "timeout_s": timeout_s,
             "native": native,
             "flight_recorder": flight_recorder,
+            **({"interrupted": True} if fanout.interrupted else {}),
         },
         log_findings=findings_from_job_logs(job),
         flight_recorder=flight_recorder_section(

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -203,6 +205,10 @@ def _run_attach(args: argparse.Namespace) -> int:
         print(f"snapshot: {result.out_dir / 'snapshot.json'}", file=sys.stderr)
         if snapshot.report:
             print(f"report:   {snapshot.report}", file=sys.stderr)
+    if snapshot.options.get("interrupted"):
+        print("error: interrupted; what the nodes sent until then was kept", file=sys.stderr)
+        print("hint: attach again for a complete snapshot", file=sys.stderr)
+        return 130
     if snapshot.nodes and all(node.status != "ok" for node in snapshot.nodes):
         # Written and shown above (each node's reason is data), yet nothing was collected.
         first = snapshot.nodes[0]
@@ -240,6 +246,18 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_attach_interruptible(args: argparse.Namespace) -> int:
+    """SIGTERM (a scheduler, a service manager) ends attach like Ctrl-C: the srun step is
+    ended, what the nodes sent is written, no collector or step is left behind."""
+    if threading.current_thread() is not threading.main_thread():
+        return _run_attach(args)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _run_attach(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -248,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         if args.command == "attach":
-            return _run_attach(args)
+            return _run_attach_interruptible(args)
         if args.command == "report":
             return _run_report(args)
         return int(args.handler(args))

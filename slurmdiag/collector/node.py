@@ -40,7 +40,9 @@ SOURCE_ENV = b"SLURMDIAG_COLLECTOR_SOURCE"
 # The sibling walk (sibling_stepd_descendants) compares its cost with a /proc walk's past this.
 CHILDREN_READS_BEFORE_BUDGET = 256
 # Their handlers emit the document and exit (see main).
-HANDLED_SIGNALS = (_signal.SIGALRM, _signal.SIGTERM, _signal.SIGHUP)
+# SIGUSR1: what an interrupted controller sends through srun, which forwards it to the tasks
+# (SIGTERM or SIGHUP would make srun kill the step before the collectors could answer).
+HANDLED_SIGNALS = (_signal.SIGALRM, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR1)
 
 SKIP_COMMS = frozenset(
     [
@@ -65,8 +67,19 @@ SKIP_COMMS = frozenset(
         "ip",
     ]
 )
+# Secrets never leave a node. The environment: only ALLOW_ENV_NAMES, and names under
+# ALLOW_ENV_PREFIXES that contain none of DENY_ENV_WORDS (compared case-insensitively, so
+# NCCL_IB_Token is dropped too). Everything else stays: PWD (the working directory), HOME, PATH...
+# Values that do leave, and every command-line argument, go through mask_secrets below.
 ALLOW_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_")
-DENY_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASS", "CRED", "AUTH")
+DENY_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASS", "PWD", "CRED", "AUTH", "COOKIE", "SESSION",
+                  "PRIVATE", "SIGNATURE")
+# Command-line options (and NAME=value arguments) whose value is masked: any word of the name,
+# split at -, _, . and camelCase, in SECRET_WORDS (--wandb-api-key, --hf_token, hfToken, --db-pass).
+SECRET_WORDS = frozenset(["token", "password", "passwd", "pass", "pwd", "passphrase", "secret",
+                          "key", "apikey", "credential", "credentials", "cred", "creds", "auth",
+                          "cookie", "session", "private", "signature"])
+MASK = "***"
 ALLOW_ENV_NAMES = frozenset(
     [
         "CUDA_VISIBLE_DEVICES",
@@ -542,6 +555,88 @@ def parse_environ(data):
     return env
 
 
+def _name_words(name):
+    """'--wandb-api-key' -> ['wandb', 'api', 'key']; 'hfToken' -> ['hf', 'token']."""
+    words, word, lower_before = [], "", False
+    for ch in name:
+        if not ch.isalnum():
+            if word:
+                words.append(word)
+            word, lower_before = "", False
+            continue
+        if ch.isupper() and lower_before and word:
+            words.append(word)
+            word = ""
+        word += ch.lower()
+        lower_before = ch.islower() or ch.isdigit()
+    if word:
+        words.append(word)
+    return words
+
+
+def secret_name(name):
+    """True for an option or variable name that says its value is a secret."""
+    return any(word in SECRET_WORDS for word in _name_words(name))
+
+
+def mask_url_credentials(text):
+    """``scheme://user:pw@host`` -> ``scheme://user:***@host``, anywhere in ``text``."""
+    if "://" not in text or "@" not in text:
+        return text
+    out, pos = [], 0
+    while True:
+        found = text.find("://", pos)
+        if found < 0:
+            break
+        start = end = found + 3
+        while end < len(text) and text[end] not in "/?# \t\n\"'<>":
+            end += 1
+        authority = text[start:end]
+        at = authority.rfind("@")
+        user, colon, _ = authority[:max(at, 0)].partition(":")
+        if at > 0 and colon:
+            out.append(text[pos:start] + user + ":" + MASK)
+            pos = start + at
+        else:
+            out.append(text[pos:start])
+            pos = start
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _is_setting(name, value):
+    """``NAME=value`` as env(1) or hydra take it; not a piece of code (``-c "key='a'; ..."``)."""
+    return (bool(name) and name.replace("_", "a").replace(".", "a").replace("-", "a").isalnum()
+            and not any(ch.isspace() or ch in ";()'\"" for ch in value))
+
+
+def mask_secrets(args):
+    """A command line with the values of secret-looking options and URL credentials masked.
+
+    ``--token=V`` and ``--token V`` (the next argument, unless it is an option), ``NAME=V``
+    arguments (``env HF_TOKEN=V cmd``, hydra's ``wandb.api_key=V``), ``https://u:V@host``.
+    Short options (``-p``: a port as often as a password) are left alone.
+    """
+    out, hide_next = [], False
+    for arg in args:
+        if hide_next and not arg.startswith("-"):
+            out.append(MASK)
+            hide_next = False
+            continue
+        hide_next = False
+        name, sep, value = arg.partition("=")
+        if arg.startswith("--") and secret_name(name):
+            if not sep:
+                hide_next = True
+            elif value:
+                arg = name + "=" + MASK
+        elif sep and value and not arg.startswith("-") and _is_setting(name, value) \
+                and secret_name(name):
+            arg = name + "=" + MASK
+        out.append(mask_url_credentials(arg))
+    return out
+
+
 def read_cmdline(pid):
     data = _read(f"/proc/{pid}/cmdline", binary=True, one_show=True)
     if data is None:
@@ -555,7 +650,7 @@ def read_cmdline(pid):
         if len(text) > MAX_ARG_CHARS:
             text = text[:MAX_ARG_CHARS] + f"...[{len(text) - MAX_ARG_CHARS} chars cut]"
         out.append(text)
-    return out
+    return mask_secrets(out)
 
 
 def allowed_env(env):
@@ -563,9 +658,10 @@ def allowed_env(env):
     out = {}
     for name in sorted(env):
         if name in ALLOW_ENV_NAMES or (
-            name.startswith(ALLOW_ENV_PREFIXES) and not any(w in name for w in DENY_ENV_WORDS)
+            name.startswith(ALLOW_ENV_PREFIXES)
+            and not any(w in name.upper() for w in DENY_ENV_WORDS)
         ):
-            out[name] = env[name]
+            out[name] = mask_url_credentials(env[name])
     return out
 
 
@@ -1790,36 +1886,123 @@ def _proc_uid(pid):
     return None
 
 
+S_IFMT, S_IFREG, S_IFDIR, S_IFLNK = 0o170000, 0o100000, 0o040000, 0o120000
+
+
+def _lstat_type(path):
+    """The S_IFMT bits of ``path`` itself (a symlink is a symlink), None if it is not there."""
+    try:
+        return os.lstat(path).st_mode & S_IFMT
+    except (OSError, ValueError):
+        return None
+
+
+def private_dir_problem(path, uid):
+    """None when ``path`` is a real directory owned by ``uid`` with mode 0700, else why not.
+
+    Shared places (/tmp) are hostile: a neighbour may plant a directory or a symlink there.
+    """
+    try:
+        st = os.lstat(path)
+    except (OSError, ValueError) as exc:
+        return f"cannot stat {path}: {getattr(exc, 'strerror', None) or exc}"
+    kind = st.st_mode & S_IFMT
+    if kind != S_IFDIR:
+        return f"{path} is not a directory" + (" (a symlink)" if kind == S_IFLNK else "")
+    if st.st_uid != uid:
+        return f"{path} is owned by uid {st.st_uid}, not by the rank's user (uid {uid})"
+    if st.st_mode & 0o7777 != 0o700:
+        return f"{path} has mode {st.st_mode & 0o7777:04o}, not 0700"
+    return None
+
+
+def read_owned(path, uid, limit):
+    """(at most ``limit`` bytes, None) of a regular file owned by ``uid``, else (None, why not).
+
+    Opened with O_NOFOLLOW|O_NONBLOCK (a symlink or a FIFO a job planted is never followed nor
+    waited on) and checked with fstat on the open file, so nothing can be swapped in between.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        if _lstat_type(path) == S_IFLNK:
+            return None, f"{path} is a symlink: not followed, ignored"
+        return None, f"cannot open {path}: {getattr(exc, 'strerror', None) or exc}"
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & S_IFMT != S_IFREG:
+            return None, f"{path} is not a regular file: ignored"
+        if st.st_uid != uid:
+            return None, (f"{path} is owned by uid {st.st_uid}, not by the rank's user "
+                          f"(uid {uid}): ignored")
+        chunks = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks), None
+    except OSError as exc:
+        return None, f"cannot read {path}: {exc.strerror}"
+    finally:
+        os.close(fd)
+
+
 def fr_request(pid, env):
-    """Ask a process hooked by slurmdiag.torch for a Flight Recorder dump (a trigger file)."""
+    """Ask a process hooked by slurmdiag.torch for a Flight Recorder dump (a trigger file).
+
+    Only in the rank's user's private directory (see private_dir_problem); the trigger is a new
+    file (O_CREAT|O_EXCL|O_NOFOLLOW), so nothing is ever truncated through a planted symlink.
+    """
     uid = _proc_uid(pid)
     base = env.get("SLURMDIAG_FR_DIR") or f"/tmp/slurmdiag-fr-{uid}"
     registration = f"{base}/{pid}.json"
     dump = f"{base}/{pid}.fr.json"
-    if _file_type(registration) is None:
+    if uid is None or _lstat_type(registration) is None:
         return None
+    problem = private_dir_problem(base, uid)
+    if problem is None and _lstat_type(registration) != S_IFREG:
+        problem = f"{registration} is not a regular file"
+    if problem is not None:
+        return {"dump": dump, "uid": uid, "error": f"not asking for a dump: {problem}"}
     try:
         os.unlink(dump)  # an old dump must not pass for the one we ask for now
     except OSError:
         pass
     trigger = f"{base}/{pid}.trigger"
     try:
-        with open(trigger, "w"):
-            pass
+        os.close(os.open(trigger, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        if _lstat_type(trigger) != S_IFREG:  # a pending trigger of an earlier attach is fine
+            return {"dump": dump, "uid": uid, "error": f"{trigger} is not a regular file"}
     except OSError as exc:
-        return {"dump": dump, "error": f"cannot create trigger {trigger}: {exc}"}
-    return {"dump": dump, "error": None}
+        return {"dump": dump, "uid": uid, "error": f"cannot create trigger {trigger}: {exc}"}
+    return {"dump": dump, "uid": uid, "error": None}
 
 
-def _torch_dump_file(env, rank):
-    """A dump PyTorch wrote itself (NCCL watchdog timeout) under TORCH_FR_DUMP_TEMP_FILE."""
-    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
-        prefix = env.get(name)
-        if prefix and rank is not None and _isfile(f"{prefix}{rank}"):
-            return f"{prefix}{rank}"
-    if rank is not None and _isfile(f"/tmp/nccl_trace_rank_{rank}"):
-        return f"/tmp/nccl_trace_rank_{rank}"
-    return None
+def _torch_dump_file(env, rank, uid):
+    """A dump PyTorch wrote itself (NCCL watchdog timeout) under TORCH_FR_DUMP_TEMP_FILE.
+
+    (path, bytes) of the first candidate that is a regular file of the rank's user (shared /tmp:
+    /tmp/nccl_trace_rank_N may be anyone's), else (None, the reasons candidates were ignored).
+    """
+    if rank is None or uid is None:
+        return None, []
+    candidates = [f"{env[name]}{rank}" for name in ("TORCH_FR_DUMP_TEMP_FILE",
+                                                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+                  if env.get(name)]
+    notes = []
+    for path in candidates + [f"/tmp/nccl_trace_rank_{rank}"]:
+        if _lstat_type(path) is None:
+            continue
+        data, why = read_owned(path, uid, FR_DUMP_MAX_BYTES)
+        if why is None:
+            return path, data
+        notes.append(why)
+    return None, notes
 
 
 def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
@@ -1829,7 +2012,7 @@ def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
     until = min(time.monotonic() + wait_s, clock.deadline - FINISH_RESERVE_S - 0.3)
     pending = {pid: req for pid, req in requests.items() if req and not req["error"]}
     while pending and time.monotonic() < until:
-        for pid in [p for p, req in pending.items() if _file_type(req["dump"]) is not None]:
+        for pid in [p for p, req in pending.items() if _lstat_type(req["dump"]) is not None]:
             del pending[pid]
         if pending:
             pump_until(lambda: False, time.monotonic() + 0.1)  # nvidia-smi's output meanwhile
@@ -1839,18 +2022,22 @@ def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
         if req is not None and req["error"]:
             result = {"status": "error", "message": req["error"]}
         elif req is not None and pid not in pending:
-            data = _read(req["dump"], binary=True) or b""
-            result = {"status": "ok", "format": "json", "source": req["dump"],
-                      "text": data[:FR_DUMP_MAX_BYTES].decode("utf-8", "replace")}
+            data, why = read_owned(req["dump"], req["uid"], FR_DUMP_MAX_BYTES)
+            if why is None:
+                result = {"status": "ok", "format": "json", "source": req["dump"],
+                          "text": data.decode("utf-8", "replace")}
+            else:
+                result = {"status": "refused", "message": why}
         elif req is not None:
             result = {"status": "timeout",
                       "message": "hooked process did not write its dump in time"}
         else:
-            path = _torch_dump_file(envs[pid], entry["rank"])
+            path, found = _torch_dump_file(envs[pid], entry["rank"], _proc_uid(pid))
             if path:
-                data = _read(path, binary=True) or b""
                 result = {"status": "ok", "format": "pickle", "source": path,
-                          "base64": binascii.b2a_base64(data[:FR_DUMP_MAX_BYTES], newline=False).decode()}
+                          "base64": binascii.b2a_base64(found, newline=False).decode()}
+            elif found:
+                result = {"status": "refused", "message": "; ".join(found)}
             else:
                 result = {"status": "not_hooked",
                           "message": "no slurmdiag.torch hook and no PyTorch dump file"}
@@ -2205,7 +2392,7 @@ def main(argv):
         os._exit(0)
 
     _signal.signal(_signal.SIGALRM, lambda signum, frame: emit_partial("deadline reached"))
-    for sig in (_signal.SIGTERM, _signal.SIGHUP):
+    for sig in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR1):
         _signal.signal(sig, lambda signum, frame: emit_partial(f"signal {signum} received"))
     # The watchdog: SIGALRM shortly before the deadline if the document is not out by then.
     margin = clock.deadline - WATCHDOG_MARGIN_S - time.monotonic()

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import zlib
@@ -63,6 +64,7 @@ class FanoutResult:
     duration_s: float = 0.0
     transport: str = "srun"
     warnings: list[str] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C/SIGTERM: what the nodes sent until then
 
 
 @functools.lru_cache(maxsize=1)
@@ -285,6 +287,11 @@ _REFUSED_MARKERS = (
 )
 
 
+def _srun_line(line: str) -> str:
+    """An srun stderr line without its own ``srun: `` prefix (the message adds one)."""
+    return line.strip().removeprefix("srun: ")[:300]
+
+
 def outcomes_from_output(
     nodes: Sequence[str], result: CommandResult, transport_name: str
 ) -> FanoutResult:
@@ -314,9 +321,9 @@ def outcomes_from_output(
         else:
             status, message = "unreachable", "the collector did not run on this node"
         if node_errors:
-            message += f"; srun: {node_errors[-1].strip()[:300]}"
+            message += f"; srun: {_srun_line(node_errors[-1])}"
         elif refused:
-            message += f"; srun: {refused[-1].strip()[:300]}"
+            message += f"; srun: {_srun_line(refused[-1])}"
         out.nodes[name] = NodeOutcome(name, status, None, message)
     if refused:
         out.warnings.append(
@@ -330,17 +337,24 @@ def outcomes_from_output(
     return out
 
 
-# Variables that would steer `srun --jobid` when slurmdiag itself runs inside an allocation
-# (an salloc shell, a scrontab job): the step must take its shape from our flags only.
-_KEEP_SLURM_VARS = {"SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT"}
+# The step's environment is an ALLOWLIST: srun passes its whole environment to every node's task,
+# and the controller's may hold secrets (a webhook URL, tokens). Only what srun, the node's Python
+# and its tools need: the search path, the user and locale, the Slurm client's configuration (not
+# the SLURM_* variables of an allocation slurmdiag itself runs in: they would shape the step), and
+# the nvidia-smi stand-in's fixture directory of the test suite.
+SRUN_ENV_NAMES = frozenset([
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT", "SLURMDIAG_FAKE_NVSMI_DIR",
+])
+SRUN_ENV_PREFIXES = ("LC_",)
 
 
 def srun_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The controller's environment without the job-shaping SLURM_* variables."""
+    """The part of the controller's environment srun and the collector need (an allowlist)."""
     return {
         key: value
         for key, value in environ.items()
-        if not (key.startswith(("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")) and key not in _KEEP_SLURM_VARS)
+        if key in SRUN_ENV_NAMES or key.startswith(SRUN_ENV_PREFIXES)
     }
 
 
@@ -421,10 +435,16 @@ def fan_out_srun(
         options.timeout_s,
         env=node_environment(os.environ),
         on_stdout_line=on_line,
+        interrupt_signal=signal.SIGUSR1,  # srun forwards it: the collectors send what they have
     )
     out = outcomes_from_output(nodes, result, "srun")
     timed_out = result.timed_out
-    missing = nodes_without_system_python(nodes, out, result.stderr) if direct else []
+    if result.interrupted:
+        out.interrupted = True
+        out.warnings.append("interrupted: the snapshot holds what the nodes sent until then")
+        timed_out = True  # the step may outlive srun: cancel it
+    missing = (nodes_without_system_python(nodes, out, result.stderr)
+               if direct and not result.interrupted else [])
     left = options.timeout_s - (time.monotonic() - start)
     if missing and left >= MIN_RETRY_S:
         again = runner(
@@ -432,11 +452,13 @@ def fan_out_srun(
             left,
             env=node_environment(os.environ),
             on_stdout_line=on_line,
+            interrupt_signal=signal.SIGUSR1,
         )
         retried = outcomes_from_output(missing, again, "srun")
         out.nodes.update(retried.nodes)
         out.warnings.extend(retried.warnings)
-        timed_out = timed_out or again.timed_out
+        timed_out = timed_out or again.timed_out or again.interrupted
+        out.interrupted = again.interrupted
     if timed_out:
         leftovers = cancel_leftover_steps(het_group[0] if het_group else job_id, runner)
         if leftovers:
