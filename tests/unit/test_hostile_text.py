@@ -134,3 +134,56 @@ def test_superscript_digits_in_frames_are_noise() -> None:
     good = encode_frames("node002", {"ok": 1}, pid=7)
     result = decode_frames(f"{FRAME_TAG}node001 ² 1 0badc0de AAAA\n@SDG1-HELLO node001 ²\n" + good)
     assert result.documents == {"node002": {"ok": 1}} and len(result.noise) == 2
+
+
+# ---------------------------------------------------------------- what the fuzzing found
+
+
+def test_fuzz_finding_a_5001_digit_number_in_squeue_text() -> None:
+    from slurmdiag.slurm.parse import parse_squeue_text
+
+    real = (SLURM / "local_22.05_squeue_slurmdiag_format.txt").read_text()
+    hostile = real.replace("|2|4|0:49|", "|" + "9" * 5001 + "|4|0:49|")
+    assert hostile != real
+    assert len(parse_squeue_text(hostile)) == len(parse_squeue_text(real))
+
+
+def test_fuzz_finding_unicode_digits_and_bad_host_lists_are_parse_errors() -> None:
+    from slurmdiag.errors import ParseError
+    from slurmdiag.slurm.parse import expand_hostlist, parse_job_id
+
+    for text in ("node[٣001-004]", "node[001-004]x", "001-004]"):
+        with pytest.raises(ParseError):
+            expand_hostlist(text)
+    with pytest.raises(ParseError):
+        parse_job_id("12_[1-3]")
+
+
+def test_fuzz_finding_a_lone_surrogate_in_nvidia_smi_xml() -> None:
+    from slurmdiag.parsers.nvidia_smi import parse_nvidia_smi_xml
+
+    real = (SLURM.parent / "nvidia_smi" / "q_x_tesla_t4_515_v11.xml").read_text()
+    gpus = parse_nvidia_smi_xml(real.replace("<driver_version>", "<driver_version>\ud800", 1))
+    assert len(gpus) == 1
+
+
+def test_fuzz_finding_a_node_document_of_the_wrong_shape_is_an_error_node() -> None:
+    from slurmdiag.assemble import node_from_outcome
+    from slurmdiag.transport.collect import NodeOutcome
+
+    doc = json.loads((SLURM.parent / "collector" / "node001_simple_sleep.json").read_text())
+    for key, value in (("nics", True), ("processes", [None]), ("tools", 3)):
+        node = node_from_outcome(NodeOutcome("node001", "ok", {**doc, key: value}))
+        assert node.status in ("ok", "error")
+
+
+def test_fuzz_finding_a_snapshot_with_a_list_for_a_frame_name_is_a_parse_error() -> None:
+    from slurmdiag.errors import ParseError
+    from slurmdiag.snapshot import Snapshot
+
+    real = json.loads((SLURM.parent / "snapshots" / "synthetic_rank_gated.json").read_text())
+    frame = real["nodes"][0]["ranks"][0]["samples"][0]["threads"][0]["frames"][0]
+    for bad in ([], 5, {"a": 1}):
+        frame["function"] = bad
+        with pytest.raises(ParseError):
+            Snapshot.from_json(json.dumps(real))
