@@ -287,8 +287,9 @@ def mattermost_payload(alert: Alert) -> dict[str, Any]:
 
 # Adaptive Card text is Markdown (links, emphasis): job text must not become a link to
 # anywhere. Backslash escapes are not rendered by every Teams client, so link and emphasis
-# syntax is broken with a zero-width space instead, which keeps the text readable.
-_TEAMS_BREAK = re.compile(r"([\[\]()*_~`#>])")
+# syntax is broken with a zero-width space instead, which keeps the text readable
+# (an underscore inside a word, as in mismatched_collective, emphasises nothing).
+_TEAMS_BREAK = re.compile(r"([\[\]()*~`#>]|(?<!\w)_|_(?!\w))")  # '_' inside a word is text
 
 
 def _teams_text(text: str) -> str:
