@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -80,5 +81,47 @@ def test_a_job_name_that_forges_fields_does_not_change_the_job(local_cluster, tm
         assert snapshot["job"]["stdout"] != "/etc/shadow"
         assert snapshot["job"]["stdout"].startswith(str(tmp_path))
         assert {n["status"] for n in snapshot["nodes"]} == {"ok"}
+    finally:
+        subprocess.run(["scancel", job], check=False)
+
+
+RANK_SCRIPT = """import os
+def wait_here():
+    open({ready!r}, "w").close(); os.read(os.pipe()[0], 1)  # {marker}
+wait_here()
+"""
+
+
+def test_the_report_shows_source_lines_of_the_jobs_own_files_only(local_cluster, tmp_path: Path) -> None:
+    # GIVEN a job of root with two ranks: rank 0 runs a file of root, rank 1 a file of another
+    # user (world-readable, as a neighbour's planted "source file" would be)
+    scripts = []
+    for rank, owner in ((0, 0), (1, 65534)):
+        script = tmp_path / f"rank{rank}.py"
+        script.write_text(RANK_SCRIPT.format(ready=str(tmp_path / f"ready{rank}"),
+                                             marker=f"MARKER_OF_RANK_{rank}"))
+        os.chown(script, owner, owner)
+        scripts.append(script)
+    batch = tmp_path / "job.sh"
+    batch.write_text("#!/bin/sh\nexport WORLD_SIZE=2\n"
+                     + "".join(f"RANK={r} {sys.executable} -I -S {s} &\n" for r, s in enumerate(scripts))
+                     + "wait\n")
+    job = subprocess.run(["sbatch", "--parsable", "-N1", "-o", str(tmp_path / "out"), str(batch)],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"ready{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        # WHEN slurmdiag attaches and writes its report
+        result = subprocess.run(
+            [*SLURMDIAG, "attach", job, "--samples", "1", "--strace", "0", "--out",
+             str(tmp_path / "d")], capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        page = (tmp_path / "d" / "report.html").read_text()
+        # THEN both frames are in the report, but only the job user's own file gave its line
+        assert f"{scripts[0]}:3" in page and f"{scripts[1]}:3" in page
+        assert "MARKER_OF_RANK_0" in page
+        assert "MARKER_OF_RANK_1" not in page
     finally:
         subprocess.run(["scancel", job], check=False)
