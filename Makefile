@@ -9,7 +9,7 @@ APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-serv
 CLUSTER := deploy/local-cluster/cluster
 NODES ?= 4
 
-.PHONY: setup apt venv cluster test unit demo bench lint clean
+.PHONY: setup apt venv cluster test unit fuzz demo bench lint clean
 
 setup: apt venv
 
@@ -40,6 +40,13 @@ test: setup cluster
 
 unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not cluster and not browser and not ssh"
+
+# Long fuzzing of every parser and decoder (the suite runs 25 deterministic examples each);
+# FUZZ_EXAMPLES per decoder, random seeds: a failure prints the input that reproduces it.
+FUZZ_EXAMPLES ?= 5000
+fuzz: venv
+	HYPOTHESIS_PROFILE=long FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/python -m pytest -q \
+	  -p no:cacheprovider tests/unit/test_fuzz_decoders.py --hypothesis-show-statistics
 
 demo: setup cluster
 	$(VENV)/bin/python deploy/demo.py

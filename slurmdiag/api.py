@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurmdiag._version import __version__
-from slurmdiag.errors import SlurmdiagError, UsageError
+from slurmdiag.errors import OutputFailed, UsageError
 from slurmdiag.slurm.discover import check_caller_may_attach, discover_job, job_ref_from_user
 from slurmdiag.transport.collect import (
     DEFAULT_NODE_CACHE,
@@ -41,6 +42,7 @@ class AttachResult:
     analysis: Analysis
     out_dir: Path | None
     warnings: tuple[str, ...] = ()
+    write_error: OutputFailed | None = None  # the files could not be written (see its ``kept``)
 
 
 def _fan_out(
@@ -189,28 +191,53 @@ def write_outputs(
     snapshot: Snapshot, out_dir: Path, analysis: Analysis, *, report: bool = True,
     mode: int = 0o640,
 ) -> Snapshot:
-    """Write snapshot.json (and report.html) into out_dir; returns the snapshot with its report."""
+    """Write snapshot.json (and report.html) into out_dir; returns the snapshot with its report.
+
+    Files are written by ``safeio.atomic_write`` (mkstemp + fchmod + rename: a planted
+    ``.snapshot.json.tmp`` link or file is never followed or re-moded). When a file cannot be
+    written (a full disk, a read-only place), the snapshot is kept in the temporary directory
+    and ``OutputFailed`` says where (``kept`` is None when even that failed).
+    """
+    from slurmdiag.safeio import atomic_write
+
+    written = snapshot
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SlurmdiagError(
-            f"cannot create output directory {out_dir}: {exc.strerror}",
-            hint="choose another place with --out DIR",
-        ) from None
-    if report:
-        from slurmdiag.report.render import write_snapshot_report
+        if report:
+            from slurmdiag.report.render import write_snapshot_report
 
-        report_path = out_dir / "report.html"
-        snapshot = dataclasses.replace(snapshot, report=str(report_path))
-        write_snapshot_report(snapshot, report_path, analysis, mode=mode)
-    # Same mode as the report: a snapshot holds the same stacks and paths.
-    tmp = out_dir / ".snapshot.json.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(snapshot.to_json(indent=1))
-    os.chmod(tmp, mode)
-    os.replace(tmp, out_dir / "snapshot.json")
-    return snapshot
+            report_path = out_dir / "report.html"
+            with_report = dataclasses.replace(snapshot, report=str(report_path))
+            write_snapshot_report(with_report, report_path, analysis, mode=mode)
+            written = with_report
+        # Same mode as the report: a snapshot holds the same stacks and paths.
+        atomic_write(out_dir / "snapshot.json", written.to_json(indent=1), mode)
+    except OSError as exc:
+        kept = keep_snapshot_elsewhere(written)
+        where = f"the snapshot was kept in {kept}" if kept else "the snapshot could not be kept"
+        raise OutputFailed(
+            f"cannot write the outputs in {out_dir}: {exc.strerror or exc}; {where}",
+            kept=kept,
+        ) from None
+    return written
+
+
+def keep_snapshot_elsewhere(snapshot: Snapshot) -> str | None:
+    """Save the snapshot (mode 0600) in the temporary directory; its path, or None."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"slurmdiag-{snapshot.job.id}-", suffix=".json")
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(snapshot.to_json(indent=1))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        return None
+    return name
 
 
 def attach_job(
@@ -233,12 +260,17 @@ def attach_job(
     analysis = analyze(snapshot)
     snapshot = dataclasses.replace(snapshot, verdicts=tuple(analysis.verdicts))
     target: Path | None = None
+    write_error: OutputFailed | None = None
     if write:
         target = Path(out_dir) if out_dir is not None else default_out_dir(snapshot.job.id)
         phase("writing the report" if report else "writing the snapshot", None)
-        snapshot = write_outputs(snapshot, target, analysis, report=report, mode=file_mode)
+        try:
+            snapshot = write_outputs(snapshot, target, analysis, report=report, mode=file_mode)
+        except OutputFailed as exc:
+            write_error = exc  # what was collected is still returned (and kept, see exc.kept)
     return AttachResult(
-        snapshot=snapshot, analysis=analysis, out_dir=target, warnings=tuple(warnings)
+        snapshot=snapshot, analysis=analysis, out_dir=target, warnings=tuple(warnings),
+        write_error=write_error,
     )
 
 
@@ -251,6 +283,9 @@ def attach(job_id: str | int, *, out_dir: str | Path | None = None, write: bool 
     pyspy_path, nvidia_smi_path, ssh_options.
     With ``write=True`` (or an ``out_dir``) snapshot.json and report.html are written too.
     """
-    return attach_job(
+    result = attach_job(
         str(job_id), out_dir=out_dir, write=write or out_dir is not None, **options
-    ).snapshot
+    )
+    if result.write_error is not None:
+        raise result.write_error
+    return result.snapshot

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 import pickle
 from collections.abc import Mapping
 from typing import Any
@@ -267,7 +268,8 @@ def node_from_outcome(outcome: NodeOutcome) -> Node:
             )
         try:
             return node_from_document(outcome.name, outcome.document)
-        except (KeyError, TypeError, ValueError, ParseError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError,
+                ParseError) as exc:
             return Node(
                 name=outcome.name,
                 status="error",
@@ -283,11 +285,73 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a Flight Recorder dump")
 
 
+# A real torch dump (2,000 entries, their frames) is a few MB and a few hundred thousand values,
+# six levels deep. Shared references make a 290-byte pickle unfold into 2**depth values: the
+# loaded object is copied into plain JSON values with these bounds before anything walks it.
+FR_MAX_BYTES = 64 * 1024 * 1024
+FR_MAX_NODES = 1_000_000
+FR_MAX_DEPTH = 32
+
+
+class DumpTooLarge(ValueError):
+    """A Flight Recorder dump beyond the bounds above."""
+
+
+def plain_bounded(
+    value: Any, *, max_nodes: int = FR_MAX_NODES, max_depth: int = FR_MAX_DEPTH
+) -> Any:
+    """A copy of ``value`` as JSON values (dict keys as text, tuples and sets as lists, bytes
+    decoded), counting every value as often as it is reached; ``DumpTooLarge`` past the bounds."""
+    count = 0
+
+    def copy(item: Any, depth: int) -> Any:
+        nonlocal count
+        count += 1
+        if count > max_nodes:
+            raise DumpTooLarge(f"more than {max_nodes} values (shared references?)")
+        if depth > max_depth:
+            raise DumpTooLarge(f"nested deeper than {max_depth} levels")
+        if item is None or isinstance(item, (bool, str)):
+            return item
+        if isinstance(item, int):
+            return item if abs(item) < 1 << 63 else str(item)
+        if isinstance(item, float):
+            return item if math.isfinite(item) else str(item)
+        if isinstance(item, (bytes, bytearray)):
+            return bytes(item).decode("utf-8", errors="replace")
+        if isinstance(item, dict):
+            return {_key(k): copy(v, depth + 1) for k, v in item.items()}
+        if isinstance(item, (list, tuple, set, frozenset)):
+            return [copy(v, depth + 1) for v in item]
+        return str(item)
+
+    return copy(value, 0)
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key).decode("utf-8", errors="replace")
+    return str(key)[:200]
+
+
 def _dump_object(raw: Mapping[str, Any]) -> Any:
+    """A node's Flight Recorder dump as plain bounded JSON values (any failure: ValueError)."""
     if raw.get("format") == "pickle":
-        data = base64.b64decode(raw.get("base64") or "")
-        return _PlainUnpickler(io.BytesIO(data)).load()
-    return raw.get("text") or ""
+        encoded = raw.get("base64") or ""
+        if not isinstance(encoded, str) or len(encoded) > FR_MAX_BYTES * 4 // 3 + 4:
+            raise DumpTooLarge(f"larger than {FR_MAX_BYTES} bytes or not base64 text")
+        try:
+            data = base64.b64decode(encoded)
+            loaded = _PlainUnpickler(io.BytesIO(data)).load()
+        except DumpTooLarge:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a hostile pickle raises anything; it is data
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        return plain_bounded(loaded)
+    text = raw.get("text") or ""
+    return text if isinstance(text, str) else plain_bounded(text)
 
 
 def flight_recorder_section(
@@ -300,18 +364,21 @@ def flight_recorder_section(
     seen_any = False
     for node_name, doc in documents.items():
         for proc in doc.get("processes") or ():
+            if not isinstance(proc, Mapping):
+                continue
             if proc.get("role") != "rank" or "flight_recorder" not in proc:
                 continue
             seen_any = True
-            raw = proc["flight_recorder"] or {}
+            raw = proc["flight_recorder"]
+            raw = raw if isinstance(raw, Mapping) else {}
             rank = _int(proc.get("rank"))
             if rank is None:
                 continue
             if raw.get("status") == "ok":
                 try:
                     dumps[str(rank)] = _dump_object(raw)
-                except (pickle.UnpicklingError, ValueError, EOFError) as exc:
-                    errors.append(f"rank {rank} on {node_name}: unreadable dump: {exc}")
+                except (ValueError, RecursionError) as exc:
+                    errors.append(f"rank {rank} on {node_name}: unreadable dump: {exc}"[:500])
                     missing.append(rank)
             else:
                 missing.append(rank)

@@ -28,6 +28,7 @@ from typing import Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError, TransportFailed, UsageError
+from slurmdiag.safeio import one_line
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -266,7 +267,7 @@ def _show_attach(args: argparse.Namespace, result: Any) -> int:
     from slurmdiag.report.terminal import format_summary, should_color  # loaded during attach
 
     for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {one_line(warning)}", file=sys.stderr)
     snapshot = result.snapshot
     if args.json:
         sys.stdout.write(snapshot.to_json(indent=1) + "\n")
@@ -278,6 +279,16 @@ def _show_attach(args: argparse.Namespace, result: Any) -> int:
             report_path=snapshot.report,
         )
         sys.stdout.write("\n".join(lines) + "\n")
+    if result.write_error is not None:
+        # Nothing collected is lost: the snapshot is on stdout (--json), kept elsewhere, or
+        # printed now.
+        failure = result.write_error
+        if failure.kept is None and not args.json:
+            sys.stdout.write(snapshot.to_json(indent=1) + "\n")
+            print("the snapshot was written to stdout instead", file=sys.stderr)
+        print(f"error: {one_line(failure.message)}", file=sys.stderr)
+        print(f"hint: {failure.hint}", file=sys.stderr)
+        return failure.exit_code
     if result.out_dir is not None:
         print(f"snapshot: {result.out_dir / 'snapshot.json'}", file=sys.stderr)
         if snapshot.report:
@@ -289,7 +300,8 @@ def _show_attach(args: argparse.Namespace, result: Any) -> int:
     if snapshot.nodes and all(node.status != "ok" for node in snapshot.nodes):
         # Written and shown above (each node's reason is data), yet nothing was collected.
         first = snapshot.nodes[0]
-        print(f"error: no node answered ({first.name}: {first.message})", file=sys.stderr)
+        print(f"error: no node answered ({one_line(f'{first.name}: {first.message}')})",
+              file=sys.stderr)
         hint = TransportFailed("").hint
         if args.transport == "ssh":
             hint = "check ssh access to the nodes (keys, known_hosts, --ssh-user/--ssh-port)"
@@ -360,9 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_report(args)
         return int(args.handler(args))
     except SlurmdiagError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        print(f"error: {one_line(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+            print(f"hint: {one_line(exc.hint)}", file=sys.stderr)
         if isinstance(exc, UsageError) and _is_heartbeat_check(argv):
             return HEARTBEAT_UNKNOWN  # a monitoring plugin's bad command line is UNKNOWN, not 2
         return exc.exit_code

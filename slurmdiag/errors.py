@@ -9,6 +9,8 @@
     ├── ConfigError                exit 7   config file or setting invalid
     ├── MissingExtra               exit 8   an optional dependency is not installed
     ├── ParseError                 exit 9   input text or snapshot could not be understood
+    ├── OutputFailed               exit 10  an output file could not be written (full disk...);
+    │                                       what was collected is kept elsewhere (``kept``)
     └── NotPermitted               exit 11  the job is another user's: Slurm and the kernel refuse
 
 A node that fails is *not* an exception: it is a status in the snapshot. These exceptions are for
@@ -74,6 +76,17 @@ class MissingExtra(SlurmdiagError):
 class ParseError(SlurmdiagError):
     exit_code = 9
     default_hint = "please report this with the input attached"
+
+
+class OutputFailed(SlurmdiagError):
+    """snapshot.json or report.html could not be written; ``kept`` says where the snapshot went."""
+
+    exit_code = 10
+    default_hint = "free space there or choose another place with --out DIR"
+
+    def __init__(self, message: str, hint: str | None = None, kept: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.kept = kept
 
 
 class NotPermitted(SlurmdiagError):

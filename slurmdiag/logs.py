@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from slurmdiag.parsers.job_log import parse_python_tracebacks, parse_srun_task_exits
 from slurmdiag.parsers.nccl_log import parse_nccl_log
+from slurmdiag.safeio import job_uid, read_job_head_and_tail
 from slurmdiag.snapshot import Job, LogFinding
 
 # NCCL prints its network choice at start-up and the watchdog its timeouts at the end: read the
@@ -14,20 +13,14 @@ HEAD_BYTES = 2 * 1024 * 1024
 TAIL_BYTES = 4 * 1024 * 1024
 
 
-def read_head_and_tail(path: str, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> str | None:
-    """Return the first ``head`` and last ``tail`` bytes of a file as text; None if unreadable."""
+def read_head_and_tail(
+    path: str, *, owner_uid: int | None, head: int = HEAD_BYTES, tail: int = TAIL_BYTES
+) -> str | None:
+    """The first ``head`` and last ``tail`` bytes of a job's log as text; None when unreadable
+    or refused by the job-named-path rule (``safeio``: a regular file of the job's user, no
+    /dev/zero, FIFO, symlink or file of someone else)."""
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size <= head + tail:
-                data = fh.read()
-            else:
-                first = fh.read(head)
-                fh.seek(size - tail)
-                last = fh.read(tail)
-                # Cut the partial first line of the tail so no line is parsed half.
-                last = last.split(b"\n", 1)[-1]
-                data = first + b"\n" + last
+        data = read_job_head_and_tail(path, owner_uid=owner_uid, head=head, tail=tail)
     except OSError:
         return None
     return data.decode(errors="replace")
@@ -35,8 +28,9 @@ def read_head_and_tail(path: str, head: int = HEAD_BYTES, tail: int = TAIL_BYTES
 
 def findings_from_job_logs(job: Job) -> tuple[LogFinding, ...]:
     findings: list[LogFinding] = []
+    owner = job_uid(job.user)
     for path in dict.fromkeys(p for p in (job.stdout, job.stderr) if p):
-        text = read_head_and_tail(path)
+        text = read_head_and_tail(path, owner_uid=owner)
         if text:
             findings.extend(parse_nccl_log(text, source=path))
             findings.extend(parse_srun_task_exits(text, source=path))

@@ -356,7 +356,11 @@ class Snapshot:
             )
         # Thousands of ranks share the same frames: one Frame object per distinct frame keeps a
         # large snapshot's memory (and the analysis' hashing) small.
-        return from_jsonable(cls, data, frames={})
+        try:
+            snapshot: Snapshot = from_jsonable(cls, data, frames={})
+        except RecursionError:
+            raise ParseError("snapshot nested too deeply") from None
+        return snapshot
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
@@ -364,6 +368,8 @@ class Snapshot:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ParseError(f"snapshot is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ParseError("snapshot is not valid JSON: nested too deeply") from None
         return cls.from_dict(data)
 
     def all_ranks(self) -> list[tuple[Node, Rank]]:
@@ -402,6 +408,8 @@ def from_jsonable(tp: Any, value: Any, frames: dict[tuple, Frame] | None = None)
         return None
     if tp is Frame and frames is not None and isinstance(value, dict):
         key = tuple(value.get(name) for name in _FRAME_FIELDS)
+        if any(isinstance(part, (list, dict)) for part in key):
+            return from_jsonable(Frame, value)  # raises ParseError: not a frame's values
         frame = frames.get(key)
         if frame is None:
             frame = frames[key] = from_jsonable(Frame, value)
@@ -415,7 +423,9 @@ def from_jsonable(tp: Any, value: Any, frames: dict[tuple, Frame] | None = None)
         for option in options:
             if _matches(option, value):
                 return from_jsonable(option, value, frames)
-        return value
+        if any(typing.get_origin(o) in (dict, tuple) or o is Any for o in options):
+            return value
+        raise ParseError(f"snapshot value {_shown(value)} is not a {tp}")
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, dict):
             raise ParseError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
@@ -429,16 +439,28 @@ def from_jsonable(tp: Any, value: Any, frames: dict[tuple, Frame] | None = None)
         except TypeError as exc:
             raise ParseError(f"snapshot field missing in {tp.__name__}: {exc}") from None
     if origin is tuple:
+        if not isinstance(value, list):
+            raise ParseError(f"snapshot value {_shown(value)} is not a list")
         args = typing.get_args(tp)
         item_type = args[0] if args else Any
         return tuple(from_jsonable(item_type, v, frames) for v in value)
     if origin is dict:
+        if not isinstance(value, dict):
+            raise ParseError(f"snapshot value {_shown(value)} is not an object")
         args = typing.get_args(tp)
         item_type = args[1] if len(args) == 2 else Any
         return {k: from_jsonable(item_type, v, frames) for k, v in value.items()}
-    if tp is float and isinstance(value, int):
-        return float(value)
+    if tp in (str, int, float, bool):
+        if not _matches(tp, value) and not (tp is bool and isinstance(value, bool)):
+            raise ParseError(f"snapshot value {_shown(value)} is not a {tp.__name__}")
+        if tp is float and isinstance(value, int):
+            return float(value)
     return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _matches(tp: Any, value: Any) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 
 from slurmdiag.analysis.stacks import is_user_file
 from slurmdiag.errors import ParseError
+from slurmdiag.safeio import decimal_int
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Verdict
 
@@ -64,17 +65,25 @@ def _tutorial_to_json(text: str) -> Any:
     return ast.literal_eval(body)
 
 
+# A dump larger than this is not read (a real torch dump is a few MB).
+MAX_DUMP_CHARS = 64 * 1024 * 1024
+
+
 def _load(data: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(data, Mapping):
         return data
+    if not isinstance(data, (str, bytes)):
+        raise ParseError(f"not a Flight Recorder dump: a {type(data).__name__}")
+    if len(data) > MAX_DUMP_CHARS:
+        raise ParseError(f"Flight Recorder dump larger than {MAX_DUMP_CHARS} characters")
     text = data.decode(errors="replace") if isinstance(data, bytes) else data
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         try:
             obj = _tutorial_to_json(text)
-        except (ValueError, SyntaxError) as exc:
-            raise ParseError(f"not a Flight Recorder dump: {exc}") from None
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError) as exc:
+            raise ParseError(f"not a Flight Recorder dump: {type(exc).__name__}") from None
     if not isinstance(obj, Mapping) or "entries" not in obj and "error" not in obj:
         raise ParseError("not a Flight Recorder dump (no 'entries')")
     return obj
@@ -93,26 +102,48 @@ def _ranks_list(value: Any) -> tuple[int, ...]:
 
 
 def parse_flight_recorder_dump(data: str | bytes | Mapping[str, Any]) -> FrDump:
-    """One rank's dump (any version 2.5 to current) into aligned-ready entries."""
+    """One rank's dump (any version 2.5 to current) into aligned-ready entries.
+
+    Total: a dump of any shape gives an ``FrDump`` or raises ``ParseError``; entries that are
+    not records are skipped.
+    """
     obj = _load(data)
+    try:
+        return _parse_dump(obj)
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError,
+            RecursionError) as exc:
+        raise ParseError(f"malformed Flight Recorder dump: {type(exc).__name__}: {exc}"[:300])
+
+
+def _parse_dump(obj: Mapping[str, Any]) -> FrDump:
     if "error" in obj and "entries" not in obj:
-        return FrDump(version=None, entries=(), error=str(obj["error"]))
+        return FrDump(version=None, entries=(), error=str(obj["error"])[:500])
+    pg_config = obj.get("pg_config")
     pg_ranks = {
         str(key): _ranks_list(cfg.get("ranks"))
-        for key, cfg in (obj.get("pg_config") or {}).items()
+        for key, cfg in (pg_config.items() if isinstance(pg_config, Mapping) else ())
         if isinstance(cfg, Mapping)
     }
+    raw_entries = obj.get("entries") or ()
+    if not isinstance(raw_entries, (list, tuple)):
+        raise ParseError("malformed Flight Recorder dump: 'entries' is not a list")
     entries = []
-    for raw in obj.get("entries") or ():
+    for raw in raw_entries:
+        if not isinstance(raw, Mapping):
+            continue
         group = raw.get("process_group") or (str(raw.get("pg_id", "")), "")
+        if isinstance(group, str) or not isinstance(group, (list, tuple)) or not group:
+            group = (str(group), "")
         pg_name, pg_desc = (str(group[0]), str(group[1]) if len(group) > 1 else "")
         is_p2p = bool(raw.get("is_p2p"))
         seq = raw.get("p2p_seq_id") if is_p2p else raw.get("collective_seq_id")
+        raw_frames = raw.get("frames") or ()
         frames = tuple(
             f"{f.get('name')} at {f.get('filename')}:{f.get('line')}"
-            for f in raw.get("frames") or ()
+            for f in (raw_frames if isinstance(raw_frames, (list, tuple)) else ())
             if isinstance(f, Mapping)
         )
+        state = raw.get("state")
         entries.append(
             FrEntry(
                 pg=pg_name,
@@ -120,10 +151,10 @@ def parse_flight_recorder_dump(data: str | bytes | Mapping[str, Any]) -> FrDump:
                 seq=int(seq or 0),
                 is_p2p=is_p2p,
                 op=str(raw.get("profiling_name") or "?"),
-                input_sizes=json.dumps(raw.get("input_sizes")),
-                input_dtypes=json.dumps(raw.get("input_dtypes")),
-                output_sizes=json.dumps(raw.get("output_sizes")),
-                state=raw.get("state"),
+                input_sizes=json.dumps(raw.get("input_sizes"), default=str),
+                input_dtypes=json.dumps(raw.get("input_dtypes"), default=str),
+                output_sizes=json.dumps(raw.get("output_sizes"), default=str),
+                state=state if isinstance(state, str) or state is None else str(state),
                 frames=frames,
             )
         )
@@ -157,8 +188,9 @@ def first_disagreement(dumps: Mapping[int, FrDump]) -> list[FrDisagreement]:
         ranks = sorted(by_rank_entries)
         # The ring buffer may have dropped old entries: compare over the common window only.
         low = max(min(seqs) for seqs in by_rank_entries.values())
-        high = max(max(seqs) for seqs in by_rank_entries.values())
-        for seq in range(low, high + 1):
+        # Only the numbers some rank holds: a claimed seq of 10**30 must not mean 10**30 steps.
+        held = sorted({seq for seqs in by_rank_entries.values() for seq in seqs if seq >= low})
+        for seq in held:
             present = {r: by_rank_entries[r].get(seq) for r in ranks}
             reached = {r: e for r, e in present.items() if e is not None}
             frames = {r: e.frames[:6] for r, e in reached.items()}
@@ -180,6 +212,12 @@ def first_disagreement(dumps: Mapping[int, FrDump]) -> list[FrDisagreement]:
     return findings
 
 
+def _rank_number(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return decimal_int(str(value), 9)
+
+
 def _user_site(frames: tuple[str, ...]) -> str | None:
     """The innermost frame outside torch and the standard library, as ``file:line``."""
     for text in frames:
@@ -194,18 +232,28 @@ def flight_verdicts(section: Mapping[str, Any] | None) -> list[Verdict]:
     if not section:
         return []
     dumps: dict[int, FrDump] = {}
-    problems: list[str] = list(section.get("errors") or ())
-    for rank_text, raw in (section.get("dumps") or {}).items():
+    errors = section.get("errors") or ()
+    problems: list[str] = [str(e) for e in (errors if isinstance(errors, list) else ())]
+    raw_dumps = section.get("dumps")
+    for rank_text, raw in (raw_dumps.items() if isinstance(raw_dumps, Mapping) else ()):
+        rank = _rank_number(rank_text)
+        if rank is None:
+            problems.append(f"a dump under {str(rank_text)[:40]!r}, not a rank number")
+            continue
         try:
             dump = parse_flight_recorder_dump(raw)
         except ParseError as exc:
-            problems.append(f"rank {rank_text}: {exc.message}")
+            problems.append(f"rank {rank}: {exc.message}")
             continue
         if dump.error:
-            problems.append(f"rank {rank_text}: {dump.error}")
+            problems.append(f"rank {rank}: {dump.error}")
             continue
-        dumps[int(rank_text)] = dump
-    missing = [int(r) for r in section.get("missing_ranks") or ()]
+        dumps[rank] = dump
+    missing_raw = section.get("missing_ranks") or ()
+    missing = [
+        r for r in map(_rank_number, missing_raw if isinstance(missing_raw, list) else ())
+        if r is not None
+    ]
     verdicts = []
     for finding in first_disagreement(dumps):
         groups: dict[str, list[int]] = {}

@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable
 
 from slurmdiag.analysis.model import finding as _verdict
+from slurmdiag.safeio import decimal_int
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Gpu, Node, Snapshot, Verdict
 
@@ -71,7 +72,7 @@ HARDWARE_XIDS = frozenset(
     }
 )
 _THROTTLE_WORDS = ("hw_slowdown", "hw_thermal", "sw_thermal", "power_brake", "thermal")
-_XID_RE = re.compile(r"Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>\d+)")
+_XID_RE = re.compile(r"Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>[0-9]{1,9})(?![0-9])")
 _YES = frozenset({"yes", "true", "1", "active"})
 
 
@@ -127,8 +128,8 @@ def gpu_ranks(node: Node) -> dict[int, set[int]]:
             device = visible[0]
         else:
             device = visible[p.local_rank % len(visible)]
-        if device.isdigit():
-            mapping.setdefault(int(device), set()).add(p.rank)
+        if (index := decimal_int(device)) is not None:
+            mapping.setdefault(index, set()).add(p.rank)
         elif device in by_uuid and by_uuid[device] is not None:
             mapping.setdefault(int(by_uuid[device] or 0), set()).add(p.rank)
     return mapping

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurmdiag.analysis.model import finding as _verdict
+from slurmdiag.safeio import decimal_int
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Interface, LogFinding, Node, Snapshot, Verdict
 
@@ -76,7 +77,7 @@ def parse_nccl_device_list(value: str) -> DeviceList:
         if not item:
             continue
         name, _, port = item.partition(":")
-        entries.append((name, int(port) if port.isdigit() else None))
+        entries.append((name, decimal_int(port)))
     return DeviceList(exclude, exact, tuple(entries))
 
 
@@ -764,7 +765,7 @@ def _timeouts(snapshot: Snapshot) -> list[_Timeout]:
         out.append(
             _Timeout(
                 rank=rank,
-                seq=int(seq) if seq and seq.isdigit() else None,
+                seq=decimal_int(seq),
                 op=op,
                 pg=fields.get("pg"),
                 timeout_ms=fields.get("timeout_ms") or _search(r"Timeout\(ms\)=(\d+)", f.text),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import LogFinding
 
 _PREFIX = re.compile(r"^(?:\[rank(?P<rank>\d+)\]:|(?P<label>\d+): )?(?P<rest>.*)$")
@@ -27,10 +28,11 @@ def _expand(tasks: str) -> list[int]:
     for part in tasks.split(","):
         if "-" in part:
             low, _, high = part.partition("-")
-            if low.isdigit() and high.isdigit() and int(high) - int(low) < 100000:
-                out.extend(range(int(low), int(high) + 1))
-        elif part.isdigit():
-            out.append(int(part))
+            first, last = decimal_int(low), decimal_int(high)
+            if first is not None and last is not None and last - first < 100000:
+                out.extend(range(first, last + 1))
+        elif (number := decimal_int(part)) is not None:
+            out.append(number)
     return out
 
 

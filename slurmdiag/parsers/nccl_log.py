@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 
 from slurmdiag.parsers.nvidia_smi import XID_RE
+from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import LogFinding
 
 __all__ = ["parse_nccl_log"]
@@ -210,7 +211,7 @@ def _classify(line: str) -> tuple[str, dict[str, str], int] | None:
         if match:
             pid = (match.group("pid") or "").strip("'\" ")
             fields = {"xid": match.group("xid"), "pci": match.group("pci")}
-            if pid.isdigit():
+            if decimal_int(pid) is not None:
                 fields["pid"] = pid
             if match.group("name"):
                 fields["name"] = match.group("name").strip()

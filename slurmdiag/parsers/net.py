@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from slurmdiag.errors import ParseError
+from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import IbPort, Interface
 
 __all__ = [
@@ -267,9 +268,10 @@ def parse_sys_class_infiniband(files: Mapping[str, str]) -> tuple[IbPort, ...]:
     found: dict[tuple[str, int], dict[str, str]] = {}
     for path, content in files.items():
         parts = [p for p in path.replace("\\", "/").split("/") if p]
-        if len(parts) < 4 or parts[-3] != "ports" or not parts[-2].isdigit():
+        port_number = decimal_int(parts[-2]) if len(parts) >= 4 else None
+        if port_number is None or parts[-3] != "ports":
             continue
-        device, port, attribute = parts[-4], int(parts[-2]), parts[-1]
+        device, port, attribute = parts[-4], port_number, parts[-1]
         found.setdefault((device, port), {})[attribute] = content.strip()
     ports = []
     for (device, port), attrs in sorted(found.items()):

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from slurmdiag.errors import ParseError
+from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import Gpu, GpuApp
 
 __all__ = [
@@ -345,6 +346,8 @@ def parse_nvidia_smi_xml(text: str) -> tuple[Gpu, ...]:
         if not text.strip():
             return ()
         raise ParseError("not nvidia-smi XML: no <nvidia_smi_log> or <gpu> element")
+    # A node document is JSON, which can carry lone surrogates: the XML parser cannot encode them.
+    text = text.encode("utf-8", errors="replace").decode("utf-8")
     try:
         root = ET.fromstring(text)
     except ET.ParseError:
@@ -484,7 +487,7 @@ class XidEvent:
 
 
 XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>\d+)"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>[0-9]{1,9})(?![0-9])"
     r"(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<message>.*)$"
 )
 
@@ -504,7 +507,7 @@ def parse_xid_events(text: str) -> tuple[XidEvent, ...]:
             XidEvent(
                 xid=int(match.group("xid")),
                 pci=match.group("pci"),
-                pid=int(pid_text) if pid_text.isdigit() else None,
+                pid=decimal_int(pid_text),
                 process_name=name if name and name != "<unknown>" else None,
                 message=match.group("message").strip(),
                 line=line.strip(),

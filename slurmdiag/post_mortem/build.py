@@ -17,6 +17,7 @@ from slurmdiag.post_mortem.cores import CoreSearch, CoreStack, search_cores
 from slurmdiag.post_mortem.logs import RankLogs, files_under, per_rank_files, read_rank_logs
 from slurmdiag.post_mortem.record import SlurmRecord, read_slurm_record
 from slurmdiag.post_mortem.verdicts import first_cause, postmortem_verdicts
+from slurmdiag.safeio import job_uid
 from slurmdiag.slurm.discover import job_ref_from_user
 from slurmdiag.slurm.parse import expand_hostlist
 from slurmdiag.slurm.sacct import (
@@ -243,7 +244,7 @@ def build_postmortem(
     record = read_slurm_record(ref, runner)
     notes = list(record.notes)
     paths = _log_paths(record, record.job.job_id, logs)
-    rank_logs = read_rank_logs(paths)
+    rank_logs = read_rank_logs(paths, owner_uid=job_uid(record.job.user))
     if not rank_logs.sources:
         tried = ", ".join(p for p, _ in paths) or "none known"
         raise LogsGone(f"job {ref} ended {record.job.state}, but none of its logs can be read "

@@ -242,8 +242,13 @@ def files_under(directory: str, max_depth: int = 5) -> list[str]:
     return found
 
 
-def read_rank_logs(paths: Iterable[tuple[str, int | None]]) -> RankLogs:
-    """Read each log (head and tail), parse it, merge the findings in file order."""
+def read_rank_logs(
+    paths: Iterable[tuple[str, int | None]], *, owner_uid: int | None
+) -> RankLogs:
+    """Read each log (head and tail), parse it, merge the findings in file order.
+
+    A log is read only as the job-named-path rule allows (``safeio``): a regular file of the
+    job's user (``owner_uid``), never /dev/zero, a FIFO or a link to someone else's file."""
     findings: list[LogFinding] = []
     tails: dict[int, list[str]] = {}
     sources: list[str] = []
@@ -253,7 +258,7 @@ def read_rank_logs(paths: Iterable[tuple[str, int | None]]) -> RankLogs:
     # that stopped writing first ended first.
     ordered = sorted(dict.fromkeys(paths), key=lambda p: _mtime(p[0]))
     for index, (path, rank) in enumerate(ordered):
-        text = read_head_and_tail(path)
+        text = read_head_and_tail(path, owner_uid=owner_uid)
         if text is None:
             unreadable.append(path)
             continue

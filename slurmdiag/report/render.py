@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import jinja2
 
 from slurmdiag import _version
 from slurmdiag.analysis.model import Analysis, ClassifiedFrame, StackClass, TreeNode
+from slurmdiag.safeio import atomic_write, decimal_int, iter_job_lines, job_uid
 from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
 from slurmdiag.snapshot import Frame, Gpu, Node, Rank, Snapshot, ThreadStack, Verdict
 
@@ -47,6 +47,10 @@ MAX_CULPRIT_DETAILS = 64
 MAX_CULPRIT_LINKS = 16
 MAX_LOG_FINDINGS = 500
 MAX_TOP_SYSCALLS = 2
+# Source text of the culprit's frames: never more than this read from a job-named file.
+SOURCE_MAX_BYTES = 4 * 1024 * 1024
+SOURCE_MAX_LINES = 200_000
+SOURCE_LINE_CHARS = 1000
 
 # GPU thresholds (cell colour): a hung NCCL kernel spins at ~100 %, an idle GPU is a rank not in it.
 GPU_UTIL_IDLE_BELOW = 5.0
@@ -308,46 +312,42 @@ def load_template() -> jinja2.Template:
 
 
 def write_report(html: str, path: str | os.PathLike[str], mode: int = 0o640) -> Path:
-    """Write the report atomically (temp file in the same directory + rename) with ``mode``."""
-    target = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(html)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates 0600; chmod (not umask) so the mode asked for is the mode you get.
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, target)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    return target
+    """Write the report atomically (``safeio.atomic_write``: mkstemp + fchmod + rename)."""
+    if not isinstance(html, str):
+        raise TypeError(f"the report is text, not {type(html).__name__}")
+    return atomic_write(path, html, mode)
 
 
-def read_source_lines(frames: Iterable[tuple[str, int | None]], *, max_files: int = 64) -> dict[str, str]:
-    """Read ``file:line`` source text for the frames whose files are readable here (I/O edge)."""
+def read_source_lines(
+    frames: Iterable[tuple[str, int | None]], *, owner_uid: int | None, max_files: int = 64
+) -> dict[str, str]:
+    """Read ``file:line`` source text for the frames, under the job-named-path rule (I/O edge).
+
+    File names come from the job's frames: a file is read only when ``safeio`` allows it (a
+    regular file of the job's user ``owner_uid``, outside /proc, /sys and /dev, no final
+    symlink), at most ``SOURCE_MAX_BYTES`` and ``SOURCE_MAX_LINES`` lines; lines are cut to
+    ``SOURCE_LINE_CHARS`` characters.
+    """
     wanted: dict[str, set[int]] = {}
     for file, line in frames:
-        if line is None or line <= 0 or (file not in wanted and len(wanted) >= max_files):
+        if line is None or line <= 0 or line > SOURCE_MAX_LINES:
+            continue
+        if file not in wanted and len(wanted) >= max_files:
             continue
         wanted.setdefault(file, set()).add(line)
     found: dict[str, str] = {}
     for file, lines in wanted.items():
-        # Paths come from the snapshot: never open a FIFO or device, it could block forever.
-        if not os.path.isfile(file):
-            continue
         try:
-            with open(file, encoding="utf-8", errors="replace") as handle:
-                last = max(lines)
-                for number, text in enumerate(handle, start=1):
-                    if number in lines:
-                        found[f"{file}:{number}"] = text.rstrip("\r\n")
-                    if number >= last:
-                        break
+            last = max(lines)
+            numbered = enumerate(
+                iter_job_lines(
+                    file, owner_uid=owner_uid, max_bytes=SOURCE_MAX_BYTES, max_lines=last
+                ),
+                start=1,
+            )
+            for number, text in numbered:
+                if number in lines:
+                    found[f"{file}:{number}"] = text[:SOURCE_LINE_CHARS]
         except (OSError, ValueError):
             continue
     return found
@@ -364,7 +364,9 @@ def write_snapshot_report(
         from slurmdiag.analysis import analyze  # the analysis package is heavier; load on use
 
         analysis = analyze(snapshot)
-    source_lines = read_source_lines(source_frames(analysis))
+    source_lines = read_source_lines(
+        source_frames(analysis), owner_uid=job_uid(snapshot.job.user)
+    )
     return write_report(render_html(snapshot, analysis, source_lines=source_lines), out_path, mode)
 
 
@@ -385,8 +387,8 @@ def source_frames(analysis: Analysis) -> list[tuple[str, int | None]]:
     for verdict in analysis.verdicts:
         for site in verdict.sites:
             file, _, line = site.rpartition(":")
-            if file and line.isdigit():
-                frames.append((file, int(line)))
+            if file and (number := decimal_int(line)) is not None:
+                frames.append((file, number))
     for stack_class in analysis.classes:
         if stack_class.top_user_frame is not None:
             frames.append((stack_class.top_user_frame.file, stack_class.top_user_frame.line))

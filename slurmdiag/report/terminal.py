@@ -8,12 +8,12 @@ escaped, so a hostile stack cannot move the cursor or recolour the on-call engin
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import TextIO
 
 from slurmdiag.analysis.model import Analysis, StackClass
 from slurmdiag.report.render import group_node_problems, ordered_verdicts, short_location
+from slurmdiag.safeio import one_line
 from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
 from slurmdiag.snapshot import Snapshot, Verdict
 
@@ -35,7 +35,6 @@ _STYLES = {
     "warn": "\x1b[33m",
 }
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def should_color(stream: TextIO, environ: Mapping[str, str]) -> bool:
@@ -75,8 +74,9 @@ def format_summary(
 
 
 def clean(text: str) -> str:
-    """Escape control characters (ESC, CR, BEL...) so job-supplied text cannot drive the TTY."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Escape control characters (ESC, CR, BEL, bidi overrides...) so job-supplied text cannot
+    drive the TTY (``safeio.one_line``)."""
+    return one_line(text)
 
 
 Paint = Callable[[str, str], str]

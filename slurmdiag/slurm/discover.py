@@ -16,11 +16,13 @@ from slurmdiag.errors import (
     UsageError,
 )
 from slurmdiag.slurm.parse import (
+    ForgedJobRecord,
     JobRef,
     SlurmJob,
     parse_job_id,
     parse_scontrol_job,
     parse_scontrol_job_json,
+    parse_squeue_json,
 )
 from slurmdiag.transport.run import CommandResult, Runner, run_command
 
@@ -269,6 +271,26 @@ def slurm_version(runner: Runner = run_command) -> tuple[int, int] | None:
     return parse_slurm_version(result.stdout) if result.ok else None
 
 
+def squeue_job_json_argv(ref: JobRef) -> list[str]:
+    return ["squeue", "--json", "--jobs", str(ref)]
+
+
+def _jobs_from_squeue_json(ref: JobRef, runner: Runner, forged: ForgedJobRecord) -> list[SlurmJob]:
+    """The job from ``squeue --json``, whose values a job's text cannot forge; else refuse."""
+    result = runner(squeue_job_json_argv(ref), SCONTROL_TIMEOUT_S)
+    if result.ok:
+        try:
+            jobs = parse_squeue_json(result.stdout)
+        except (ParseError, ValueError):
+            jobs = []
+        if jobs:
+            return jobs
+    raise ForgedJobRecord(
+        f"job {ref}: {forged.message}, and 'squeue --json' gave no record to read instead",
+        hint="rename the job (no ' Key=' text in its name or paths) or use Slurm 22.05+",
+    )
+
+
 def discover_job(ref: JobRef, runner: Runner = run_command) -> SlurmJob:
     """Ask Slurm about ``ref`` (JSON on 23.02+, text otherwise) and check it can be attached to."""
     check_slurm_conf()
@@ -285,7 +307,10 @@ def discover_job(ref: JobRef, runner: Runner = run_command) -> SlurmJob:
         result = runner(scontrol_job_argv(ref), SCONTROL_TIMEOUT_S)
         if not result.ok:
             _raise_for_scontrol_failure(ref, result)
-        jobs = parse_scontrol_job(result.stdout)
+        try:
+            jobs = parse_scontrol_job(result.stdout)
+        except ForgedJobRecord as forged:
+            jobs = _jobs_from_squeue_json(ref, runner, forged)
     job = select_record(ref, jobs)
     check_attachable(job, ref)
     return job

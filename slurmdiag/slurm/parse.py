@@ -23,11 +23,13 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from slurmdiag.errors import ParseError
+from slurmdiag.safeio import decimal_int
 
 __all__ = [
     "SQUEUE_TEXT_DELIMITER",
     "SQUEUE_TEXT_FIELDS",
     "SQUEUE_TEXT_FORMAT",
+    "ForgedJobRecord",
     "JobNodeDetail",
     "JobRef",
     "ListPid",
@@ -52,7 +54,11 @@ __all__ = [
 # Slurm refuses absurd ranges too; this keeps a typo like node[1-99999999] from eating memory.
 _MAX_HOSTS = 1 << 20
 
-_RANGE_ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE_ITEM_RE = re.compile(r"^([0-9]{1,18})(?:-([0-9]{1,18}))?$")
+
+
+class SlurmTextError(ParseError, ValueError):
+    """A host list, integer range or job id Slurm would not print (also a ValueError, as it was)."""
 
 
 def parse_int_ranges(text: str) -> list[int]:
@@ -71,20 +77,20 @@ def format_int_ranges(ints: Iterable[int]) -> str:
     """Render integers as Slurm-style ranges: ``[0..6, 8, 10..15]`` -> ``"0-6,8,10-15"``."""
     values = sorted(set(ints))
     if values and values[0] < 0:
-        raise ValueError(f"negative value {values[0]} cannot be written as a range")
+        raise SlurmTextError(f"negative value {values[0]} cannot be written as a range")
     return ",".join(_format_runs(values, width=0))
 
 
 def _parse_range_item(item: str, whole: str) -> tuple[int, int]:
     match = _RANGE_ITEM_RE.match(item)
     if not match:
-        raise ValueError(f"invalid range {item!r} in {whole!r}")
+        raise SlurmTextError(f"invalid range {item!r} in {whole!r}")
     lo = int(match.group(1))
     hi = int(match.group(2)) if match.group(2) is not None else lo
     if hi < lo:
-        raise ValueError(f"descending range {item!r} in {whole!r}")
+        raise SlurmTextError(f"descending range {item!r} in {whole!r}")
     if hi - lo >= _MAX_HOSTS:
-        raise ValueError(f"range {item!r} in {whole!r} is too large")
+        raise SlurmTextError(f"range {item!r} in {whole!r} is too large")
     return lo, hi
 
 
@@ -113,7 +119,7 @@ def expand_hostlist(expr: str) -> list[str]:
     for token in _split_hostlist(expr):
         hosts.extend(_expand_host_token(token, expr))
         if len(hosts) > _MAX_HOSTS:
-            raise ValueError(f"host list {expr!r} expands to more than {_MAX_HOSTS} names")
+            raise SlurmTextError(f"host list {expr!r} expands to more than {_MAX_HOSTS} names")
     return hosts
 
 
@@ -125,11 +131,11 @@ def _split_hostlist(expr: str) -> list[str]:
     for char in expr:
         if char == "[":
             if inside:
-                raise ValueError(f"Invalid hostlist: nested '[' in {expr!r}")
+                raise SlurmTextError(f"Invalid hostlist: nested '[' in {expr!r}")
             inside = True
         elif char == "]":
             if not inside:
-                raise ValueError(f"Invalid hostlist: ']' without '[' in {expr!r}")
+                raise SlurmTextError(f"Invalid hostlist: ']' without '[' in {expr!r}")
             inside = False
         elif not inside and (char == "," or char.isspace()):
             if current:
@@ -138,7 +144,7 @@ def _split_hostlist(expr: str) -> list[str]:
             continue
         current.append(char)
     if inside:
-        raise ValueError(f"Invalid hostlist: unbalanced '[' in {expr!r}")
+        raise SlurmTextError(f"Invalid hostlist: unbalanced '[' in {expr!r}")
     if current:
         tokens.append("".join(current))
     return tokens
@@ -154,11 +160,11 @@ def _expand_host_token(token: str, whole: str) -> list[str]:
         return [token]
     if literals[-1]:
         # Slurm's hostlist.c only accepts a bracket at the very end of a token.
-        raise ValueError(f"Invalid hostlist: text after ']' in {whole!r}")
+        raise SlurmTextError(f"Invalid hostlist: text after ']' in {whole!r}")
     choices: list[list[str]] = []
     for group in groups:
         if not group.strip():
-            raise ValueError(f"Invalid hostlist: empty brackets in {whole!r}")
+            raise SlurmTextError(f"Invalid hostlist: empty brackets in {whole!r}")
         values: list[str] = []
         for item in group.split(","):
             item = item.strip()
@@ -172,7 +178,7 @@ def _expand_host_token(token: str, whole: str) -> list[str]:
     return names
 
 
-_NUMBERED_NAME_RE = re.compile(r"^(.*?)(\d+)$")
+_NUMBERED_NAME_RE = re.compile(r"^(.*?)([0-9]+)$")
 
 
 def compress_hostlist(names: Iterable[str]) -> str:
@@ -232,7 +238,7 @@ def compress_hostlist(names: Iterable[str]) -> str:
 # Job ids
 # --------------------------------------------------------------------------------------------
 
-_JOB_ID_RE = re.compile(r"^(\d+)(?:_(\d+)|\+(\d+))?$")
+_JOB_ID_RE = re.compile(r"^([0-9]{1,18})(?:_([0-9]{1,18})|\+([0-9]{1,18}))?$")
 
 
 @dataclass(frozen=True)
@@ -255,7 +261,7 @@ def parse_job_id(text: str) -> JobRef:
     """Parse ``123``, ``123_4`` or ``123+1``; anything else (steps, ranges, names) -> ValueError."""
     match = _JOB_ID_RE.match(text.strip())
     if not match:
-        raise ValueError(
+        raise SlurmTextError(
             f"invalid job id {text!r}: expected 123, 123_4 (array task) or 123+1 (het component)"
         )
     base = str(int(match.group(1)))
@@ -327,7 +333,7 @@ def _leading_int(value: str | None) -> int | None:
     """``"2-2"`` (NumNodes min-max) -> 2, ``"64"`` -> 64, ``"N/A"`` -> None."""
     if value is None:
         return None
-    match = re.match(r"\s*(\d+)", value)
+    match = re.match(r"\s*([0-9]{1,18})(?![0-9])", value)
     return int(match.group(1)) if match else None
 
 
@@ -400,7 +406,46 @@ def parse_scontrol_job(text: str) -> list[SlurmJob]:
             return []
         first_line = stripped.splitlines()[0][:120]
         raise ParseError(f"no 'JobId=' record in scontrol output (starts with {first_line!r})")
-    return [_job_from_pairs(_tokenize_record(record)) for record in records]
+    jobs = []
+    for record in records:
+        pairs = _tokenize_record(record)
+        _check_not_forged(pairs)
+        jobs.append(_job_from_pairs(pairs))
+    return jobs
+
+
+class ForgedJobRecord(ParseError):
+    """scontrol text whose fields a job's own text (its name, a path) could have forged."""
+
+    default_hint = "slurmdiag reads such a job from 'squeue --json' (Slurm 22.05+) instead"
+
+
+# The fields slurmdiag trusts, in the order every Slurm version prints them (JobName is the 2nd
+# field; Command, WorkDir and the Std* paths come late, after NodeList). Their values may hold
+# spaces and ' Key=value' text, so a job named 'x UserId=root StdOut=/etc/shadow' makes those
+# keys appear twice or out of this order: such a record is refused, never resolved by guessing.
+_IDENTITY_RANK = {
+    "JobId": 0, "JobName": 1, "UserId": 2, "GroupId": 3, "JobState": 4, "NodeList": 5,
+    "Command": 6, "WorkDir": 6, "StdErr": 6, "StdIn": 6, "StdOut": 6,
+}  # fmt: skip
+
+
+def _check_not_forged(pairs: list[tuple[str, str]]) -> None:
+    seen: set[str] = set()
+    last = -1
+    for key, _ in pairs:
+        if key in _DETAIL_KEYS:
+            continue
+        if key in seen:
+            raise ForgedJobRecord(f"scontrol printed {key}= twice in one job record: a job name "
+                                  "or path holds field text")
+        seen.add(key)
+        position = _IDENTITY_RANK.get(key)
+        if position is not None:
+            if position < last:
+                raise ForgedJobRecord(f"scontrol printed {key}= out of Slurm's order: a job name "
+                                      "or path holds field text")
+            last = position
 
 
 def _split_records(text: str, first_key: str) -> list[str]:
@@ -737,9 +782,9 @@ def _json_details(job: Mapping[str, Any], nodes: tuple[str, ...]) -> tuple[JobNo
     allocated = resources.get("allocated_nodes")
     if isinstance(allocated, dict):  # v0.0.37: {"0": {"memory": .., "cpus": ..}}, names by index
         for key, node in allocated.items():
-            if not (isinstance(node, dict) and str(key).isdigit()):
+            index = decimal_int(str(key))
+            if not isinstance(node, dict) or index is None:
                 continue
-            index = int(key)
             name = nodes[index] if index < len(nodes) else ""
             mem = node.get("memory")
             details.append(
@@ -833,7 +878,7 @@ def parse_squeue_text(
     return jobs
 
 
-_SQUEUE_ID_RE = re.compile(r"^(\d+)(?:_\[?([^\]]*)\]?|\+(\d+))?$")
+_SQUEUE_ID_RE = re.compile(r"^([0-9]{1,18})(?:_\[?([^\]]*)\]?|\+([0-9]{1,18}))?$")
 
 
 def _job_from_squeue_row(row: dict[str, str]) -> SlurmJob:
@@ -917,7 +962,7 @@ def parse_scontrol_listpids(text: str) -> list[ListPid]:
             header_seen = True
             continue
         parts = line.split()
-        if len(parts) != 5 or not parts[0].isdigit():
+        if len(parts) != 5 or decimal_int(parts[0]) is None:
             continue
         pid, job_id, step_id, local_id, global_id = parts
         rows.append(
@@ -925,8 +970,8 @@ def parse_scontrol_listpids(text: str) -> list[ListPid]:
                 pid=int(pid),
                 job_id=job_id,
                 step_id=step_id,
-                local_id=int(local_id) if local_id.isdigit() else None,
-                global_id=int(global_id) if global_id.isdigit() else None,
+                local_id=decimal_int(local_id),
+                global_id=decimal_int(global_id),
             )
         )
     if text.strip() and not header_seen and not rows:

@@ -21,9 +21,15 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmdiag.safeio import decimal_int
+
 FRAME_TAG = "@SDG1 "
 HELLO_TAG = "@SDG1-HELLO "
 CHUNK_CHARS = 600
+# Bounds on what one node may send: its document decompressed, and so its number of chunks
+# (zlib shrinks JSON at most ~1000x; base64 adds a third). A claim beyond them is damage.
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+MAX_CHUNKS = MAX_DOCUMENT_BYTES // CHUNK_CHARS + 1
 # srun --label prefixes each line with the task number ("  3: ").
 _LABEL = re.compile(r"^\s*\d+:\s?$")
 
@@ -67,8 +73,10 @@ def answered_node(line: str) -> str | None:
     if at < 0:
         return None
     parts = line[at:].split(" ", 5)
-    complete = len(parts) == 6 and parts[2].isdigit() and parts[3].isdigit()
-    return parts[1] if complete and int(parts[2]) == int(parts[3]) - 1 else None
+    if len(parts) != 6:
+        return None
+    seq, total = decimal_int(parts[2]), decimal_int(parts[3])
+    return parts[1] if seq is not None and total is not None and seq == total - 1 else None
 
 
 def decode_frames(text: str) -> FrameResult:
@@ -87,22 +95,24 @@ def decode_frames(text: str) -> FrameResult:
             result.noise.append(prefix)  # the head of a line that another node's line cut
         if line.startswith(HELLO_TAG):
             parts = line.split()
-            if len(parts) == 3 and parts[2].isdigit():
-                result.hello[parts[1]] = int(parts[2])
+            hello_pid = decimal_int(parts[2]) if len(parts) == 3 else None
+            if hello_pid is not None:
+                result.hello[parts[1]] = hello_pid
             else:
                 result.noise.append(line)
             continue
         parts = line.split(" ")
+        seq_or_none = decimal_int(parts[2], 30) if len(parts) == 6 else None
+        total_or_none = decimal_int(parts[3], 30) if len(parts) == 6 else None
         if (
             not line.startswith(FRAME_TAG)
-            or len(parts) != 6
-            or not parts[2].isdigit()
-            or not parts[3].isdigit()
+            or seq_or_none is None
+            or total_or_none is None
             or len(parts[4]) != 8
         ):
             result.noise.append(line)
             continue
-        node, seq, total, crc, chunk = parts[1], int(parts[2]), int(parts[3]), parts[4], parts[5]
+        node, seq, total, crc, chunk = parts[1], seq_or_none, total_or_none, parts[4], parts[5]
         group = groups.setdefault(node, {}).setdefault((total, crc), _Group(total, crc))
         if seq >= total:
             group.bad_seq = seq
@@ -132,16 +142,28 @@ def _assemble(group: _Group) -> tuple[dict[str, Any] | None, str]:
         return None, f"duplicate chunk {group.conflict} with different content"
     if group.bad_seq is not None:
         return None, f"chunk number {group.bad_seq} out of range for {group.total} chunks"
-    missing = [i for i in range(group.total) if i not in group.chunks]
-    if missing:
-        shown = ",".join(str(i) for i in missing[:10]) + ("..." if len(missing) > 10 else "")
-        return None, f"missing chunks {len(missing)}/{group.total} (seq {shown})"
+    if group.total > MAX_CHUNKS:
+        return None, f"claims {group.total} chunks, more than a document can have ({MAX_CHUNKS})"
+    if len(group.chunks) < group.total:
+        shown = []
+        for i in range(group.total):  # bounded by MAX_CHUNKS
+            if i not in group.chunks:
+                shown.append(str(i))
+                if len(shown) > 10:
+                    break
+        listed = ",".join(shown[:10]) + ("..." if len(shown) > 10 else "")
+        count = group.total - len(group.chunks)
+        return None, f"missing chunks {count}/{group.total} (seq {listed})"
     payload = "".join(group.chunks[i] for i in range(group.total))
     if f"{zlib.crc32(payload.encode('ascii', 'replace')) & 0xFFFFFFFF:08x}" != group.crc:
         return None, "crc mismatch"
     try:
-        doc = json.loads(zlib.decompress(base64.b64decode(payload, validate=True)))
-    except (binascii.Error, zlib.error, ValueError) as exc:
+        inflater = zlib.decompressobj()
+        data = inflater.decompress(base64.b64decode(payload, validate=True), MAX_DOCUMENT_BYTES)
+        if inflater.unconsumed_tail:
+            return None, f"document larger than {MAX_DOCUMENT_BYTES} bytes once decompressed"
+        doc = json.loads(data)
+    except (binascii.Error, zlib.error, ValueError, RecursionError) as exc:
         return None, f"undecodable payload: {exc}"
     if not isinstance(doc, dict):
         return None, "undecodable payload: not a JSON object"

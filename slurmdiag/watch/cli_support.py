@@ -22,6 +22,7 @@ from slurmdiag.config import (
     parse_duration,
 )
 from slurmdiag.errors import ConfigError, SlurmdiagError, UsageError
+from slurmdiag.safeio import one_line
 
 WATCH_EPILOG = """\
 examples:
@@ -101,7 +102,7 @@ def add_config_arguments(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _err(line: str) -> None:
-    print(line, file=sys.stderr)
+    print(one_line(line), file=sys.stderr)  # job names and paths: no control characters
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import datetime
 import email.utils
 import json
+import re
 import socket
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from slurmdiag._version import __version__
@@ -172,6 +173,26 @@ def _slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_SLACK_FIELD_MAX = 2000  # Slack refuses a section field longer than this (after escaping)
+_SLACK_SECTION_MAX = 3000
+
+
+def _slack_clip(text: str, limit: int) -> str:
+    """``_slack_escape(text)`` in at most ``limit`` characters, never cutting an escape."""
+    escaped = _slack_escape(text)
+    if len(escaped) <= limit:
+        return escaped
+    out: list[str] = []
+    used = 0
+    for ch in text:
+        piece = _slack_escape(ch)
+        if used + len(piece) > limit - 1:
+            break
+        out.append(piece)
+        used += len(piece)
+    return "".join(out) + "…"
+
+
 def _code(text: str) -> str:
     """Inline code that a backtick in a job name or path cannot break out of."""
     return "`" + text.replace("`", "'") + "`"
@@ -184,20 +205,21 @@ def slack_payload(alert: Alert) -> dict[str, Any]:
         {"type": "header", "text": {"type": "plain_text", "text": heading, "emoji": True}}
     ]
     fields = [
-        {"type": "mrkdwn", "text": f"*{k}*\n{_slack_escape(v)}"} for k, v in _facts(alert)[:10]
+        {"type": "mrkdwn", "text": f"*{k}*\n{_slack_clip(v, _SLACK_FIELD_MAX - len(k) - 3)}"}
+        for k, v in _facts(alert)[:10]
     ]
     blocks.append({"type": "section", "fields": fields})
     for verdict in ordered_verdicts(alert.verdicts):
         _, summary, _ = _verdict_line(verdict)
-        kind = _code(_slack_escape(verdict.kind))
-        text = f"*{kind}* ({verdict.severity})\n{_slack_escape(summary)}"
+        kind = _code(_slack_clip(verdict.kind, 100))
+        text = f"*{kind}* ({_slack_clip(verdict.severity, 20)})\n{_slack_clip(summary, 1500)}"
         if verdict.culprit_ranks:
-            text += f"\nCulprit ranks: *{compact_ranks(verdict.culprit_ranks)}*"
+            text += f"\nCulprit ranks: *{_slack_clip(compact_ranks(verdict.culprit_ranks), 200)}*"
         if verdict.sites:
-            text += "\nSite: " + ", ".join(_code(_slack_escape(s)) for s in verdict.sites[:3])
+            text += "\nSite: " + ", ".join(_code(_slack_clip(s, 250)) for s in verdict.sites[:3])
         if verdict.next_step:
-            text += f"\nNext: {_slack_escape(_clip(verdict.next_step, 300))}"
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}})
+            text += f"\nNext: {_slack_clip(_clip(verdict.next_step, 300), 400)}"
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
     if alert.report_url:
         blocks.append(
             {
@@ -216,7 +238,8 @@ def slack_payload(alert: Alert) -> dict[str, Any]:
             {
                 "type": "context",
                 "elements": [
-                    {"type": "mrkdwn", "text": f"Report: {_code(_slack_escape(alert.report_path))}"}
+                    {"type": "mrkdwn",
+                     "text": f"Report: {_code(_slack_clip(alert.report_path, 1900))}"}
                 ],
             }
         )
@@ -229,8 +252,19 @@ def slack_payload(alert: Alert) -> dict[str, Any]:
 _MD_SPECIAL = "\\`*_[]|<>~"
 
 
+# A mention in job text (@channel, @all, @here, @someone) would ping people: a zero-width space
+# after the '@' keeps it readable and inert.
+_MENTION = re.compile(r"@(?=\w)")
+_ZWSP = "\u200b"
+
+
 def _md_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text)
+    escaped = "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text)
+    return _MENTION.sub("@" + _ZWSP, escaped)
+
+
+def _md_code(text: str) -> str:
+    return _MENTION.sub("@" + _ZWSP, _code(text))
 
 
 def mattermost_payload(alert: Alert) -> dict[str, Any]:
@@ -238,11 +272,11 @@ def mattermost_payload(alert: Alert) -> dict[str, Any]:
     lines = [f"#### {icon} {_md_escape(title(alert))}"]
     for verdict in ordered_verdicts(alert.verdicts):
         _, summary, _ = _verdict_line(verdict)
-        line = f"**{_code(verdict.kind)}** ({verdict.severity}): {_md_escape(summary)}"
+        line = f"**{_md_code(verdict.kind)}** ({_md_escape(verdict.severity)}): {_md_escape(summary)}"
         if verdict.culprit_ranks:
-            line += f"  \nCulprit ranks: **{compact_ranks(verdict.culprit_ranks)}**"
+            line += f"  \nCulprit ranks: **{_md_escape(compact_ranks(verdict.culprit_ranks))}**"
         if verdict.sites:
-            line += "  \nSite: " + ", ".join(_code(s) for s in verdict.sites[:3])
+            line += "  \nSite: " + ", ".join(_md_code(s) for s in verdict.sites[:3])
         if verdict.next_step:
             line += f"  \nNext: {_md_escape(_clip(verdict.next_step, 300))}"
         lines.append(line)
@@ -251,8 +285,19 @@ def mattermost_payload(alert: Alert) -> dict[str, Any]:
     if alert.report_url:
         lines.append(f"[Open report]({alert.report_url.replace(')', '%29')})")
     elif alert.report_path:
-        lines.append(f"Report: {_code(alert.report_path)}")
+        lines.append(f"Report: {_md_code(alert.report_path)}")
     return {"text": "\n\n".join(lines)}
+
+
+# Adaptive Card text is Markdown (links, emphasis): job text must not become a link to
+# anywhere. Backslash escapes are not rendered by every Teams client, so link and emphasis
+# syntax is broken with a zero-width space instead, which keeps the text readable
+# (an underscore inside a word, as in mismatched_collective, emphasises nothing).
+_TEAMS_BREAK = re.compile(r"([\[\]()*~`#>]|(?<!\w)_|_(?!\w))")  # '_' inside a word is text
+
+
+def _teams_text(text: str) -> str:
+    return _TEAMS_BREAK.sub(lambda m: m.group(1) + _ZWSP, text)
 
 
 def teams_payload(alert: Alert) -> dict[str, Any]:
@@ -261,20 +306,20 @@ def teams_payload(alert: Alert) -> dict[str, Any]:
     body: list[dict[str, Any]] = [
         {
             "type": "TextBlock",
-            "text": title(alert),
+            "text": _teams_text(title(alert)),
             "weight": "Bolder",
             "size": "Medium",
             "color": color,
             "wrap": True,
         },
-        {"type": "FactSet", "facts": [{"title": k, "value": v} for k, v in _facts(alert)]},
+        {"type": "FactSet", "facts": [{"title": k, "value": _teams_text(v)} for k, v in _facts(alert)]},
     ]
     for verdict in ordered_verdicts(alert.verdicts):
         head, summary, culprits = _verdict_line(verdict)
-        body.append({"type": "TextBlock", "text": head, "weight": "Bolder", "wrap": True})
-        body.append({"type": "TextBlock", "text": summary, "wrap": True})
+        body.append({"type": "TextBlock", "text": _teams_text(head), "weight": "Bolder", "wrap": True})
+        body.append({"type": "TextBlock", "text": _teams_text(summary), "wrap": True})
         if culprits:
-            body.append({"type": "TextBlock", "text": culprits, "wrap": True, "isSubtle": True})
+            body.append({"type": "TextBlock", "text": _teams_text(culprits), "wrap": True, "isSubtle": True})
     card: dict[str, Any] = {
         "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
         "type": "AdaptiveCard",
@@ -286,7 +331,7 @@ def teams_payload(alert: Alert) -> dict[str, Any]:
             {"type": "Action.OpenUrl", "title": "Open report", "url": alert.report_url}
         ]
     elif alert.report_path:
-        body.append({"type": "TextBlock", "text": f"Report: {alert.report_path}", "wrap": True})
+        body.append({"type": "TextBlock", "text": f"Report: {_teams_text(alert.report_path)}", "wrap": True})
     return {
         "type": "message",
         "attachments": [
@@ -348,7 +393,45 @@ def build_payload(kind: str, alert: Alert) -> dict[str, Any]:
         builder = _BUILDERS[kind]
     except KeyError:
         raise ValueError(f"unknown notification kind {kind!r}") from None
-    return builder(alert)
+    return builder(flattened(alert))
+
+
+def _flat(text: str | None) -> str | None:
+    """Job-controlled text on one line: no newline (a fake heading), no control character."""
+    if text is None:
+        return None
+    return " ".join(_INVISIBLE.sub(" ", str(text)).split())
+
+
+_INVISIBLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def flattened(alert: Alert) -> Alert:
+    """The alert with every job-controlled text flattened (``_flat``) before any markup."""
+    verdicts = tuple(
+        replace(
+            v,
+            kind=_flat(v.kind) or "",
+            severity=_flat(v.severity) or "",
+            summary=_flat(v.summary) or "",
+            sites=tuple(_flat(s) or "" for s in v.sites),
+            evidence=tuple(_flat(e) or "" for e in v.evidence),
+            next_step=_flat(v.next_step),
+        )
+        for v in alert.verdicts
+    )
+    return replace(
+        alert,
+        job_id=_flat(alert.job_id) or "",
+        job_name=_flat(alert.job_name),
+        user=_flat(alert.user),
+        partition=_flat(alert.partition),
+        nodes=tuple(_flat(n) or "" for n in alert.nodes),
+        verdicts=verdicts,
+        report_path=_flat(alert.report_path),
+        cluster=_flat(alert.cluster),
+        reason=_flat(alert.reason),
+    )
 
 
 # --------------------------------------------------------------------------------------------

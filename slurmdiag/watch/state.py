@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slurmdiag.safeio import open_private_file
 from slurmdiag.snapshot import Verdict
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class WatchLock:
     def acquire(self) -> bool:
         """True when this run holds the lock; False when another run does."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_private_file(self.path)  # never through a planted link
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -179,12 +180,11 @@ class StateDB:
     def __init__(self, path: Path, *, busy_timeout_s: float = 30.0) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        created = not path.exists()
+        # Created 0600 by us (job names, users and paths are not for everyone), never through a
+        # planted link, and never re-moded by path.
+        os.close(open_private_file(path))
         self._db = sqlite3.connect(str(path), timeout=busy_timeout_s, isolation_level=None)
         self._db.row_factory = sqlite3.Row
-        if created:
-            with contextlib.suppress(OSError):
-                os.chmod(path, 0o600)  # job names, users and paths are not for everyone
         with self._transaction():
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             for statement in _SCHEMA.split(";"):

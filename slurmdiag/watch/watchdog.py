@@ -26,7 +26,6 @@ import re
 import socket
 import sqlite3
 import sys
-import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
@@ -44,6 +43,7 @@ from slurmdiag.errors import (
     SlurmdiagError,
     SlurmUnavailable,
 )
+from slurmdiag.safeio import atomic_write, decimal_int, one_line
 from slurmdiag.slurm.parse import (
     SQUEUE_TEXT_FORMAT,
     SlurmJob,
@@ -325,7 +325,7 @@ def expand_output_path(pattern: str | None, job: SlurmJob) -> str | None:
     """
     if not pattern:
         return None
-    task_id = job.array_task_id if job.array_task_id and job.array_task_id.isdigit() else None
+    task_id = job.array_task_id if decimal_int(job.array_task_id) is not None else None
     values = {
         "%": "%",
         "A": job.array_job_id or job.job_id,
@@ -335,7 +335,7 @@ def expand_output_path(pattern: str | None, job: SlurmJob) -> str | None:
         "N": job.batch_host or (job.nodes[0] if job.nodes else None),
         "u": job.user,
         "x": job.name,
-        "b": str(int(task_id) % 10) if task_id else "0",
+        "b": task_id[-1] if task_id else "0",
     }
     unknown = False
 
@@ -346,7 +346,7 @@ def expand_output_path(pattern: str | None, job: SlurmJob) -> str | None:
         if value is None:
             unknown = True
             return ""
-        return value.zfill(int(width)) if width and value.isdigit() else value
+        return value.zfill(min(int(width), 64)) if width and decimal_int(value) is not None else value
 
     expanded = _PATTERN_RE.sub(replace, pattern)
     if unknown or expanded == "/dev/null":
@@ -428,24 +428,7 @@ def write_heartbeat(path: Path, result: WatchResult, now: float) -> None:
         "pid": os.getpid(),
         "summary": result.summary(),
     }
-    fd, tmp = tempfile.mkstemp(prefix=".heartbeat.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    atomic_write(path, json.dumps(data, indent=1) + "\n", 0o600)
 
 
 #: ``watch --check-heartbeat`` exit codes: the monitoring-plugin convention (Nagios, Icinga,
@@ -500,7 +483,7 @@ def check_heartbeat(path: Path | str, max_age: float, *, now: float | None = Non
 
 
 def _log_to_stderr(message: str) -> None:
-    print(f"watch: {message}", file=sys.stderr, flush=True)
+    print(f"watch: {one_line(message)}", file=sys.stderr, flush=True)
 
 
 class Watchdog:

@@ -49,8 +49,9 @@ def one_job(name: str) -> SlurmJob:
 SCONTROL_TEXT_FIXTURES = sorted(
     p.name
     for p in FIXTURES.glob("*.txt")
-    if p.name.startswith(("irush_", "tgcc_", "idris_", "hyak_mox_scontrol", "freenodes_"))
-    or p.name.startswith("local_22.05_show_job")
+    if (p.name.startswith(("irush_", "tgcc_", "idris_", "hyak_mox_scontrol", "freenodes_"))
+        or p.name.startswith("local_22.05_show_job"))
+    and "forged" not in p.name  # a job name that forges fields: refused (test_hostile_text.py)
 )
 
 # ---------------------------------------------------------------------------------------------

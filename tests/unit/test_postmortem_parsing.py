@@ -4,6 +4,7 @@ Flight Recorder dumps of real finished jobs, and pystack's reading of a real cor
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,9 @@ PM = FIXTURES / "postmortem"
 SLURM = FIXTURES / "slurm"
 
 
+#: The fixtures are this user's files: the job-named-path rule reads them as the job's own.
+OWN = os.getuid()
+
 def _record(kind: str) -> SlurmRecord:
     records = overlay_exit_codes(
         parse_sacct_json((PM / f"sacct_22.05_json_{kind}.json").read_text()),
@@ -46,7 +50,7 @@ def _record(kind: str) -> SlurmRecord:
 
 def _verdicts(kind: str, cores: tuple[CoreStack, ...] = (), flight: dict | None = None):
     record = _record(kind)
-    logs = read_rank_logs([(str(PM / f"local_{kind}_job.out"), None)])
+    logs = read_rank_logs([(str(PM / f"local_{kind}_job.out"), None)], owner_uid=OWN)
     return postmortem_verdicts(record, logs.findings, cores, logs.last_lines, 4, flight), logs
 
 
@@ -281,7 +285,7 @@ def test_timeout_culprit_uses_flight_recorder_when_waiters_were_cut_short():
     # GIVEN the gloo-timeout job's log where only rank 2's timeout survived (srun -K1 killed
     # ranks 0 and 1 before they printed), and all three waiters' Flight Recorder dumps
     record = _record("to")
-    logs = read_rank_logs([(str(PM / "local_to_job.out"), None)])
+    logs = read_rank_logs([(str(PM / "local_to_job.out"), None)], owner_uid=OWN)
     findings = [f for f in logs.findings if not (f.kind == "collective_timeout" and f.rank in (0, 1))]
     flight = _flight_summary(read_flight_recorder([str(PM / "fr-")], 4))
     # WHEN judged with the dumps THEN rank 3 alone never reached the collective
@@ -298,7 +302,7 @@ def test_timeout_culprit_that_reached_the_collective_late_stays_the_culprit():
     # out: it then entered the all_reduce too (its Flight Recorder dump has the same collective)
     # and failed with "Connection closed by peer"
     late = PM / "late"
-    logs = read_rank_logs([(str(late / "local_to_late_job.out"), None)])
+    logs = read_rank_logs([(str(late / "local_to_late_job.out"), None)], owner_uid=OWN)
     flight = _flight_summary(read_flight_recorder([str(late / "fr-")], 4))
     # rank 3's entry for the last collective was created 40 s after the others' (timeout 20 s)
     assert flight["reached_ranks"] == [0, 1, 2] and flight["late_ranks"] == [3] and flight["timed"]
@@ -349,9 +353,9 @@ def test_torchrun_log_dir_and_tee_name_the_rank_that_raised(source):
     if source == "logdir":
         files = files_under(str(base / "logdir"))
         assert len(files) == 4
-        logs = read_rank_logs([(f, None) for f in files])
+        logs = read_rank_logs([(f, None) for f in files], owner_uid=OWN)
     else:
-        logs = read_rank_logs([(str(base / "local_torchrun_tee_job.out"), None)])
+        logs = read_rank_logs([(str(base / "local_torchrun_tee_job.out"), None)], owner_uid=OWN)
     cause = first_cause(logs.findings)
     # THEN the first cause is rank 1's exception, not rank 0's lost connection
     assert cause is not None and cause.rank == 1 and cause.kind == "exception"
@@ -371,7 +375,7 @@ def test_submitit_per_task_files_are_found_and_read():
     # THEN its <job>_<task>_log.out/.err files are found (one folder down), each with its rank
     assert sorted({rank for _, rank in files}) == [0, 1, 2, 3] and len(files) == 8
     assert per_rank_files(str(PM), "703635") == []
-    logs = read_rank_logs(files)
+    logs = read_rank_logs(files, owner_uid=OWN)
     cause = first_cause(logs.findings)
     assert cause is not None and cause.rank == 2 and "KeyError" in cause.text
     assert any("task 0 of 4" in line for line in logs.last_lines[0])
