@@ -10,6 +10,7 @@ Future.result(). The other ranks wait for rank 0 in step 4's gradient all_reduce
 
 from __future__ import annotations
 
+import struct
 import threading
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -56,7 +57,8 @@ def checksum_in_background(data: bytes) -> Future[int]:
 
 
 def save_checkpoint(model: torch.nn.Module, info: harness.RankInfo, step: int) -> None:
-    data = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    data = b"".join(struct.pack(f"{p.numel()}f", *p.detach().flatten().tolist())
+                    for p in model.parameters())
     pending = checksum_in_background(data)
     harness.report_ready(info, f"step {step}: Future.result() of the checksum", role="culprit")
     crc = pending.result()  # CULPRIT
