@@ -35,7 +35,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
-from scenarios.launch import (  # noqa: E402  (tests/ on sys.path first, as conftest does)
+from scenarios.launch import (  # tests/ on sys.path first, as conftest does
     REPO_ROOT,
     ScenarioError,
     ScenarioRun,
@@ -300,11 +300,14 @@ def render_markdown(results: Sequence[Comparison], *, when: str, version: str,
 
 # ---------------------------------------------------------------- running (real cluster)
 
-def attach_cli(job_id: str, extra: Sequence[str], *, python: str | None = None,
+def attach_cli(job_id: str, extra: Sequence[str], out_dir: Path, *, python: str | None = None,
                timeout: float = ATTACH_TIMEOUT) -> dict[str, Any]:
-    """Run the real `slurmdiag attach JOB --json --no-report [extra]`; its snapshot as a dict."""
+    """Run the real `slurmdiag attach JOB --json --no-report --out DIR [extra]`; its snapshot.
+
+    (Without --out, attach writes a slurmdiag-JOB-TIME/ directory in the working directory.)
+    """
     argv = [python or sys.executable, "-m", "slurmdiag.cli", "attach", job_id, "--json",
-            "--no-report", *extra]
+            "--no-report", "--out", str(out_dir), *extra]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
                           env={**os.environ, "NO_COLOR": "1"}, check=False)
     if done.returncode != 0:
@@ -318,7 +321,7 @@ def judge(run: ScenarioRun, keep: Path | None) -> list[Comparison]:
     results = []
     for mode, extra in MODES.items():
         try:
-            snapshot = attach_cli(run.job_id, extra)
+            snapshot = attach_cli(run.job_id, extra, run.state_dir / f"attach-{mode}")
         except (ScenarioError, subprocess.TimeoutExpired, ValueError) as error:
             results.append(failed(run.truth, mode, str(error)))
             continue

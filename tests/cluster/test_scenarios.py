@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scenarios.launch import REPO_ROOT, ScenarioRun, load_truth, scenario_names
+from scenarios.launch import REPO_ROOT, ScenarioRun, load_truth, suite_scenarios
 
 pytestmark = pytest.mark.cluster
 
-ALL = scenario_names()
+ALL = suite_scenarios()  # SLURMDIAG_ALL_SCENARIOS=1: every scenario
 TRUTH = {name: load_truth(name) for name in ALL}
 HUNG = [n for n in ALL if TRUTH[n]["expected_kind"] != "progressing"]
 CULPRIT_IN_STACK = [n for n in HUNG if TRUTH[n]["culprit_evidence"] == "stack"]

@@ -56,6 +56,15 @@ def scenario_names() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))
 
 
+def suite_scenarios() -> list[str]:
+    """The scenarios the pytest cluster tests run: all but those whose truth says
+    `"suite": false` (each job costs ~0.8 GB and a share of 2 cores; `make accuracy` runs
+    every scenario). SLURMDIAG_ALL_SCENARIOS=1 gives every scenario, to check a new truth."""
+    if os.environ.get("SLURMDIAG_ALL_SCENARIOS") == "1":
+        return scenario_names()
+    return [n for n in scenario_names() if load_truth(n).get("suite", True)]
+
+
 def load_truth(name: str) -> dict[str, Any]:
     path = SCENARIO_DIR / f"{name}.json"
     if not path.is_file():

@@ -13,7 +13,6 @@ from __future__ import annotations
 import _harness as harness
 import _training as training
 import torch.distributed as dist
-
 from trainer.metrics import MetricsLogger
 
 STEPS = 1000
