@@ -14,7 +14,7 @@ false alarm. Jobs run in batches of at most --max-ranks ranks (a gloo rank takes
 The snapshots are kept in --keep (artifacts/accuracy by default) for a second look.
 
 The comparison functions are pure and unit-tested on saved snapshots
-(tests/unit/test_accuracy.py); tests/cluster/test_accuracy.py runs a few scenarios through
+(tests/unit/test_accuracy_comparison.py); tests/cluster/test_accuracy.py runs a few scenarios through
 the same code.
 """
 
