@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from scenarios.launch import scenario_names
+from scenarios.launch import suite_scenarios
 
 from slurmdiag.api import attach_job
 
@@ -17,12 +17,13 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_SEVERITIES = ("critical", "warning")
-HANG_SCENARIOS = [n for n in scenario_names() if n != "healthy_slow"]
+SUITE = suite_scenarios()
+HANG_SCENARIOS = [n for n in SUITE if n != "healthy_slow"]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def start_every_scenario(scenario_run):
-    scenario_run.start()
+    scenario_run.start(*SUITE)
 
 
 def top_verdict(snapshot):
