@@ -142,6 +142,11 @@ class Clock:
         return self.deadline - FINISH_RESERVE_S - time.monotonic()
 
 
+def _ascii_digits(text):
+    """True for plain ASCII digits: ``str.isdigit()`` admits ``'²'``, which ``int()`` refuses."""
+    return bool(text) and len(text) <= 18 and text.isascii() and text.isdigit()
+
+
 # ---------------------------------------------------------------- JSON
 # With the C accelerator _json directly, as json.dumps/json.loads would call it. The json package
 # is imported only when _json is missing or refuses the call, and to word a decoding error.
@@ -680,7 +685,7 @@ def parse_listpids(text):
     rows = []
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) < 3 or not parts[0].lstrip("-").isdigit():
+        if len(parts) < 3 or not _ascii_digits(parts[0].lstrip("-")):
             continue  # the header, or noise
         pid = int(parts[0])
         if pid > 0:
@@ -857,7 +862,7 @@ def stepd_descendants(job_id, node, skip_step=None):
             continue
         close = data.rfind(")")
         fields = data[close + 2 :].split(None, 2)
-        if len(fields) < 2 or not fields[1].isdigit():
+        if len(fields) < 2 or not _ascii_digits(fields[1]):
             continue
         pid = int(name)
         parent[pid] = int(fields[1])
@@ -2000,7 +2005,7 @@ def _proc_uid(pid):
     for line in text.splitlines():
         if line.startswith("Uid:"):
             fields = line.split()
-            if len(fields) > 1 and fields[1].isdigit():
+            if len(fields) > 1 and _ascii_digits(fields[1]):
                 return int(fields[1])
     return None
 
@@ -2235,7 +2240,7 @@ def collect(args, clock, doc, status):
     native = bool(args.get("native", False))
     strace_s = max(0.0, float(args.get("strace_s", 2.0)))
     concurrency = max(1, int(args.get("concurrency", 8)))
-    exclude = {int(p) for p in args.get("exclude_pids") or () if str(p).isdigit()}
+    exclude = {int(p) for p in args.get("exclude_pids") or () if _ascii_digits(str(p))}
     if not job_id:
         errors.append("no job_id given")
         return

@@ -17,7 +17,7 @@ from slurmdiag.post_mortem.cores import CoreSearch, CoreStack, search_cores
 from slurmdiag.post_mortem.logs import RankLogs, files_under, per_rank_files, read_rank_logs
 from slurmdiag.post_mortem.record import SlurmRecord, read_slurm_record
 from slurmdiag.post_mortem.verdicts import first_cause, postmortem_verdicts
-from slurmdiag.safeio import job_uid
+from slurmdiag.safeio import decimal_int, job_uid
 from slurmdiag.slurm.discover import job_ref_from_user
 from slurmdiag.slurm.parse import expand_hostlist
 from slurmdiag.slurm.sacct import (
@@ -190,7 +190,7 @@ def _rank_stacks(logs: RankLogs, cores: Sequence[CoreStack], record: SlurmRecord
             path, _, rest = entry.partition(":")
             line_text, _, func = rest.partition(":")
             frames.append(Frame(function=func, file=path,
-                                line=int(line_text) if line_text.isdigit() else None))
+                                line=decimal_int(line_text)))
         thread = ThreadStack(name="last traceback (job log)", thread_id=0, frames=tuple(frames))
         per_rank[finding.rank] = (hosts.get(finding.rank), Rank(
             rank=finding.rank, pid=0, launcher="unknown", state="exited",

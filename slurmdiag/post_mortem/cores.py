@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import Frame
 from slurmdiag.transport.run import Runner
 
@@ -172,7 +173,7 @@ def read_core(path: str, job_id: str, runner: Runner) -> CoreStack | None:
     if env.get("SLURM_JOB_ID") and env["SLURM_JOB_ID"] != job_id.split("_")[0].split("+")[0]:
         return None
     rank_text = env.get("RANK") or env.get("SLURM_PROCID")
-    base = CoreStack(path=path, size=size, rank=int(rank_text) if rank_text and rank_text.isdigit() else None,
+    base = CoreStack(path=path, size=size, rank=decimal_int(rank_text),
                      job_id=env.get("SLURM_JOB_ID"), node=env.get("SLURMD_NODENAME"))
     tool = _pystack_path()
     if tool:

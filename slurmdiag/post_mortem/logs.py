@@ -23,6 +23,7 @@ from pathlib import Path
 from slurmdiag.logs import read_head_and_tail
 from slurmdiag.parsers.job_log import parse_python_tracebacks
 from slurmdiag.parsers.nccl_log import parse_nccl_log
+from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import LogFinding
 
 LAST_LINES = 12
@@ -65,9 +66,13 @@ class RankLogs:
 def _expand(tasks: str) -> list[int]:
     out: list[int] = []
     for part in tasks.split(","):
-        low, _, high = part.partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            out.extend(range(int(low), int(high or low) + 1))
+        low_text, _, high_text = part.partition("-")
+        low, high = decimal_int(low_text), decimal_int(high_text or low_text)
+        if low is not None and high is not None:
+            # bounded before the range is built: "0-999999999999" must not fill memory
+            out.extend(range(low, min(high, low + 100000 - len(out) - 1) + 1))
+        if len(out) >= 100000:
+            break
     return out[:100000]
 
 

@@ -287,7 +287,7 @@ def _serve_one(conn, state):
     try:
         conn.settimeout(xfer_s + 2.0)
         head = _recv_line(conn).split()
-        if len(head) != 3 or head[0] != "SDGP1" or not head[2].isdigit():
+        if len(head) != 3 or head[0] != "SDGP1" or not (head[2].isascii() and head[2].isdigit() and len(head[2]) <= 18):
             return
         want, got, first, last = int(head[2]), 0, None, None
         conn.settimeout(0.2)

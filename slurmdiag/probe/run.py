@@ -28,7 +28,7 @@ from typing import Any
 from slurmdiag.snapshot import Probe, ProbeCollective, ProbeGroup, ProbeLink, ProbeNode
 from slurmdiag.transport import collect
 from slurmdiag.transport.collect import CollectOptions, NodeOutcome
-from slurmdiag.transport.framing import FRAME_TAG, decode_frames
+from slurmdiag.transport.framing import answered_node, decode_frames
 from slurmdiag.transport.run import CommandResult, end_group, spawn_interactive
 
 STEP_NAME = "slurmdiag-probe"
@@ -170,10 +170,9 @@ def run_step(argv: Sequence[str], nodes: Sequence[str], timeout_s: float,
                     out.append(line)
             else:
                 out.append(line)
-                parts = line.split(" ", 5)
-                if (line.startswith(FRAME_TAG) and len(parts) >= 5 and parts[2].isdigit()
-                        and parts[3].isdigit() and int(parts[2]) == int(parts[3]) - 1):
-                    finished.add(parts[1])
+                node = answered_node(line)
+                if node is not None:
+                    finished.add(node)
         if not map_sent and (len(addresses) == len(nodes) or time.monotonic() >= map_deadline):
             order = [n for n in nodes if addresses.get(n, {}).get("listening")]
             send(json.dumps({"order": order, "peers": {n: addresses[n] for n in order}}) + "\n")

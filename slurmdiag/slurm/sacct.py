@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slurmdiag.errors import ParseError
+from slurmdiag.safeio import decimal_int
 
 # Fields every sacct since 20.11 has, in the order the text parser expects none of: the header
 # line names them.
@@ -100,8 +101,8 @@ def _number(value: Any) -> int | None:
         return None
     if isinstance(value, (int, float)):
         return int(value)
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
+    if isinstance(value, str):
+        return decimal_int(value)
     return None
 
 
@@ -278,7 +279,7 @@ def parse_sacct_parsable(text: str) -> list[AcctRecord]:
                 exit_code=code,
                 signal=sig,
                 nodes=row.get("NodeList") or None,
-                ntasks=int(row["NTasks"]) if row.get("NTasks", "").isdigit() else None,
+                ntasks=decimal_int(row.get("NTasks")),
                 start=row.get("Start") if row.get("Start") not in (None, "", "Unknown", "None") else None,
                 end=row.get("End") if row.get("End") not in (None, "", "Unknown", "None") else None,
                 elapsed_s=_elapsed_seconds(row.get("Elapsed", "")),
@@ -324,7 +325,7 @@ def record_from_scontrol(fields: Mapping[str, str]) -> AcctRecord:
         exit_code=code,
         signal=sig,
         nodes=fields.get("NodeList") if fields.get("NodeList") not in (None, "(null)") else None,
-        ntasks=int(fields["NumTasks"]) if fields.get("NumTasks", "").isdigit() else None,
+        ntasks=decimal_int(fields.get("NumTasks")),
         start=fields.get("StartTime"),
         end=fields.get("EndTime"),
         elapsed_s=_elapsed_seconds(fields.get("RunTime", "")),

@@ -495,7 +495,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if not value:
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return float(text)
     try:
         when = email.utils.parsedate_to_datetime(text)
