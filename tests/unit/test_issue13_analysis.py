@@ -13,7 +13,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from snapfactory import collective, in_user, job, node, rank, snap, stack
+from snapfactory import collective, in_user, job, stack
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.stacks import is_idle_thread, merge_stacks, pick_main_thread
