@@ -154,6 +154,11 @@ STRAGGLER_STEPS = {
         "the rank is idle inside a call from its own code (C extension, subprocess, socket): "
         "py-spy dump --native on it shows where; give that call a timeout"
     ),
+    "child": (
+        "the rank waits for a child process it started (subprocess.run, os.system): look at "
+        "what the child waits for (py-spy/strace on its pid, its lock files and pipes); give "
+        "the call a timeout"
+    ),
     "kernel": (
         "the process is in uninterruptible sleep in the kernel: usually a hung filesystem "
         "(NFS, Lustre, GPFS) or device; check dmesg and the mount on that node"
@@ -170,6 +175,7 @@ _BLOCK_PHRASES = {
     "poll": "polling in a sleep loop (its line moves, its CPU does not)",
     "blocked": "idle in a call from its own code",
     "kernel": "in uninterruptible kernel sleep (state D)",
+    "child": "waiting for a child process",
     "stopped": "stopped (state T)",
 }
 
@@ -191,7 +197,7 @@ _WCHAN_HINTS = (
     ("io_schedule", "io"),
     ("wait_on_page", "io"),
     ("folio_wait", "io"),
-    ("do_wait", "io"),
+    ("do_wait", "child"),
 )
 _STRACE_HINTS = {
     "clock_nanosleep": "sleep",
@@ -525,6 +531,8 @@ def _proc_evidence(s: _Status) -> str:
     for worker in p.workers:
         if worker.state and worker.state[:1] in ("Z", "X", "D", "T"):
             bits.append(f"{worker.role} pid {worker.pid} state {worker.state}")
+    if s.kind == "child":
+        bits.extend(_children_of(s))
     if s.digest.busy_threads:
         bits.append("busy threads: " + ", ".join(s.digest.busy_threads[:3]))
     if s.status == "blocked" and s.digest.side_threads:
@@ -532,9 +540,19 @@ def _proc_evidence(s: _Status) -> str:
     return ", ".join(bits)
 
 
+def _children_of(s: _Status) -> list[str]:
+    return [
+        f"child pid {w.pid}" + (f": {' '.join(w.cmdline)[:160]}" if w.cmdline else "")
+        for w in s.digest.proc.workers
+        if w.role == "child"
+    ][:3]
+
+
 def _waits_on_thread(s: _Status) -> str:
     """ "; its main thread waits on thread prefetch (loader.py:40)" when the main thread is
     parked on a queue/lock/future while another thread sits in the job's own code."""
+    if s.kind == "child" and _children_of(s):
+        return f" ({_children_of(s)[0]})"
     if s.kind not in ("data_loading", "lock") or not s.digest.side_threads:
         return ""
     return f" (its main thread waits on thread {', '.join(s.digest.side_threads[:2])})"
@@ -549,6 +567,10 @@ def _tie_score(group: list[_Status]) -> int:
     score = 0
     op = group[0].op or ""
     if op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")):
+        score += 2
+    if op in _P2P_OPS:
+        # point-to-point waits are pairwise: ranks in send/recv wait for each other (a
+        # deadlocked pair), the ones in a collective wait for them
         score += 2
     if info is not None:
         user = [c.frame for c in info.classified if c.is_user]
@@ -1069,19 +1091,21 @@ def _hang_verdicts(
     return verdicts, any(v.severity != "info" for v in verdicts)
 
 
+_P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
+                      "batch_isend_irecv"})
 _SOCKET_WCHAN = ("poll", "select", "epoll", "sk_wait", "tcp_", "unix_stream", "wait_woken", "inet_")
-PEER_WAIT_OP = "a store/socket wait on a peer"
+PEER_WAIT_OP = "a wait on a peer (store, socket or Work.wait)"
 
 
 def _is_peer_wait(s: _Status) -> bool:
     """Idle in a C call from the job's own code, the kernel waiting on a socket: the shape of a
     TCPStore ``wait``/``get`` (or any blocking receive from a peer) seen without --native."""
-    if s.status != "blocked" or s.info is None or s.info.kind != "user" or s.kind != "io":
+    if s.status != "blocked" or s.info is None or s.info.kind != "user":
         return False
-    if _measured_work(s.digest):
+    if s.kind not in ("io", "lock") or _measured_work(s.digest):
         return False
     wchan = s.digest.proc.wchan or ""
-    return any(needle in wchan for needle in _SOCKET_WCHAN)
+    return any(needle in wchan for needle in _SOCKET_WCHAN) or "futex" in wchan
 
 
 def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
@@ -1104,8 +1128,8 @@ def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
     g = together[0]
     note = (
         f"{_ranks_label(s.rank for s in g)} sit idle together at {g[0].site}, in a call from "
-        f"their own code with the kernel waiting on a socket (wchan {g[0].digest.proc.wchan}) "
-        "and no CPU: taken as a wait on a peer (TCPStore wait/get or a socket receive), "
+        f"their own code, the kernel waiting (wchan {g[0].digest.proc.wchan}), no CPU: taken "
+        "as a wait on a peer (TCPStore wait/get, a socket receive, an async Work.wait), "
         "like a collective; --native shows the C++ call"
     )
     return out, note
