@@ -717,9 +717,10 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
 
 
 def _blocked_sites(s: _Status) -> tuple[str, ...]:
-    """A polling rank's line is where the sample caught it: its function is named too."""
+    """A sleeping or polling rank's line is where the sample caught it (a poll loop has two):
+    its function is named too."""
     info = s.info
-    if s.kind != "poll" or info is None or info.top_user_frame is None:
+    if s.kind not in ("poll", "sleep") or info is None or info.top_user_frame is None:
         return (s.site,) if s.site else ()
     return _unique([s.site, function_site(info.top_user_frame)])
 

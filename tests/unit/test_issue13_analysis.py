@@ -153,7 +153,7 @@ def test_store_wait_blames_only_the_rank_that_polls_for_the_file() -> None:
         v = top(snapshot)
         # THEN rank 2 alone is the culprit, the others wait on a peer, not stragglers
         assert (v.kind, v.culprit_ranks) == ("straggler", (2,))
-        assert v.sites[0] == SCENARIOS + "store_wait.py:31"
+        assert v.sites == (SCENARIOS + "store_wait.py:31", SCENARIOS + "store_wait.py:wait_for_upstream")
         assert "wait on a peer" in v.summary
         assert any("TCPStore" in line for line in v.evidence)
 
