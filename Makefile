@@ -1,6 +1,7 @@
-# Two entry points for a fresh Debian machine, run as root:
+# Entry points for a fresh Debian machine, run as root:
 #   make test   set everything up (apt packages, .venv, local Slurm cluster) and run the whole suite
 #   make demo   set everything up, start a hanging job, run `slurmdiag attach` on it
+#   make accuracy  run every scenario job, attach, compare with its truth: docs/accuracy.md
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +9,7 @@ APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-serv
 CLUSTER := deploy/local-cluster/cluster
 NODES ?= 4
 
-.PHONY: setup apt venv cluster test unit demo bench lint clean
+.PHONY: setup apt venv cluster test unit demo accuracy bench lint clean
 
 setup: apt venv
 
@@ -42,6 +43,11 @@ unit: venv
 
 demo: setup cluster
 	$(VENV)/bin/python deploy/demo.py
+
+accuracy: setup cluster
+	# every scenario on the local cluster, in batches of at most 20 ranks (~15 min on 2 cores)
+	if [ -z "$${SLURM_CONF:-}" ]; then eval "$$($(CLUSTER) env)"; fi; \
+	$(VENV)/bin/python tests/accuracy.py --out docs/accuracy.md
 
 bench: setup
 	# bench_attach.py starts its own 32-node cluster; the test cluster is left alone

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from scenarios.launch import load_truth, scenario_names
+from scenarios.launch import load_truth, suite_scenarios
 
 from slurmdiag.api import attach_job, collect_snapshot
 
@@ -64,10 +64,10 @@ def job_descendants(pids: set[int]) -> set[int]:
 @pytest.fixture(scope="module", autouse=True)
 def start_every_scenario(scenario_run):
     # Submit them all at once: each needs 10-20 s to import torch and reach its hang.
-    scenario_run.start()
+    scenario_run.start(*suite_scenarios())
 
 
-@pytest.mark.parametrize("name", scenario_names())
+@pytest.mark.parametrize("name", suite_scenarios())
 def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, name):
     # GIVEN a real hung job (srun, torchrun under srun, or submitit)
     run = scenario_run(name)
@@ -315,7 +315,7 @@ def test_gpu_finding_from_a_replayed_unknown_error(scenario_run):
 
 
 def test_truth_files_cover_every_launcher():
-    launchers = {load_truth(name)["launcher"] for name in scenario_names()}
+    launchers = {load_truth(name)["launcher"] for name in suite_scenarios()}
     assert launchers == {"srun", "torchrun", "submitit", "mp.spawn"}
 
 

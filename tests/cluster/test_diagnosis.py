@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from scenarios.launch import load_truth, scenario_names
+from scenarios.launch import load_truth, suite_scenarios
 
 from slurmdiag.api import attach_job
 
@@ -17,11 +17,12 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_SEVERITIES = ("critical", "warning")
-HANG_SCENARIOS = [n for n in scenario_names() if load_truth(n)["expected_kind"] != "progressing"]
-NO_HANG_SCENARIOS = [n for n in scenario_names() if n not in HANG_SCENARIOS]
+SUITE = suite_scenarios()
+HANG_SCENARIOS = [n for n in SUITE if load_truth(n)["expected_kind"] != "progressing"]
+NO_HANG_SCENARIOS = [n for n in SUITE if n not in HANG_SCENARIOS]
 
 # The scenario_run fixture submits every scenario the selected tests name, together, at the
-# start of the session (not the whole corpus when a few tests are selected: ~210 MB a rank).
+# start of the session (not the whole suite when a few tests are selected: ~210 MB a rank).
 
 
 def top_verdict(snapshot):

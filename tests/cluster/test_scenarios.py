@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scenarios.launch import REPO_ROOT, ScenarioRun, load_truth, scenario_names, waiting_sites
+from scenarios.launch import REPO_ROOT, ScenarioRun, load_truth, suite_scenarios, waiting_sites
 
 pytestmark = pytest.mark.cluster
 
-ALL = scenario_names()
+ALL = suite_scenarios()  # SLURMDIAG_ALL_SCENARIOS=1: every scenario
 TRUTH = {name: load_truth(name) for name in ALL}
 HUNG = [n for n in ALL if TRUTH[n]["expected_kind"] != "progressing"]
 CULPRIT_IN_STACK = [n for n in HUNG if TRUTH[n]["culprit_evidence"] == "stack"]
@@ -150,10 +150,15 @@ def test_dead_rank_is_gone_and_its_traceback_names_the_site(scenario_run):
     assert f"task {dead}: Exited with exit code 1" in run.output()
 
 
-@pytest.mark.scenario("healthy_slow")
-def test_healthy_slow_keeps_making_progress(scenario_run, py_spy):
-    # GIVEN the healthy control job
-    run = scenario_run("healthy_slow")
+PROGRESSING = [n for n in ALL if TRUTH[n]["expected_kind"] == "progressing"]
+#: A control's slowest step (slow_but_moving: ~3 s) must show within this.
+PROGRESS_DEADLINE_SECONDS = 15.0
+
+
+@pytest.mark.parametrize("scenario", PROGRESSING)
+def test_control_keeps_making_progress(scenario, scenario_run, py_spy):
+    # GIVEN a control job (healthy_slow, and slow_but_moving with every scenario)
+    run = scenario_run(scenario)
     pattern = re.compile(run.truth["progress_pattern"])
 
     def last_steps() -> dict[int, int]:
@@ -162,14 +167,18 @@ def test_healthy_slow_keeps_making_progress(scenario_run, py_spy):
             steps[int(rank)] = max(steps.get(int(rank), -1), int(step))
         return steps
 
-    # WHEN its log is read twice, a few seconds apart
-    before = last_steps()
-    time.sleep(3.5)
-    after = last_steps()
+    # WHEN its log is read again until every rank printed a newer step (or a deadline)
+    ranks = range(run.truth["world_size"])
+    before = after = last_steps()
+    deadline = time.monotonic() + PROGRESS_DEADLINE_SECONDS
+    while time.monotonic() < deadline and not all(
+            after.get(r, -1) > before.get(r, -1) for r in ranks):
+        time.sleep(1.0)
+        after = last_steps()
     # THEN every rank printed newer steps, and py-spy sees each rank inside the training loop
     assert sorted(after) == list(range(run.truth["world_size"]))
     assert all(after[r] > before.get(r, -1) for r in after), (before, after)
-    for rank in range(run.truth["world_size"]):
+    for rank in ranks:
         names = [f["name"] for f in frames(dump(py_spy, run.pid(rank)))]
         assert "train" in names
 

@@ -56,6 +56,15 @@ def scenario_names() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.json"))
 
 
+def suite_scenarios() -> list[str]:
+    """The scenarios the pytest cluster tests run: all but those whose truth says
+    `"suite": false` (each job costs ~0.8 GB and a share of 2 cores; `make accuracy` runs
+    every scenario). SLURMDIAG_ALL_SCENARIOS=1 gives every scenario, to check a new truth."""
+    if os.environ.get("SLURMDIAG_ALL_SCENARIOS") == "1":
+        return scenario_names()
+    return [n for n in scenario_names() if load_truth(n).get("suite", True)]
+
+
 def load_truth(name: str) -> dict[str, Any]:
     path = SCENARIO_DIR / f"{name}.json"
     if not path.is_file():
@@ -89,7 +98,7 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
         # -K0: when one task exits non-zero the others keep running (and keep hanging);
         # the cluster's KillOnBadExit would otherwise decide.
         argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks-per-node={per_node}",
-                "nice", "-n", str(NICENESS), python, "-u", str(program)]
+                "nice", "-n", str(NICENESS), *_rank_command(truth, python, program)]
         lines.append(shlex.join(argv))
     elif truth["launcher"] == "torchrun":
         torchrun = str(Path(python).parent / "torchrun")
@@ -119,6 +128,18 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
     else:
         raise ScenarioError(f"{truth['name']}: launcher {truth['launcher']!r} has no batch script")
     return "\n".join(lines) + "\n"
+
+
+def _rank_command(truth: Mapping[str, Any], python: str, program: Path) -> list[str]:
+    """What each srun task runs: python on the program, `python -m` on its module, or a
+    wrapper shell script (truth "wrapper") that runs that python line as its child."""
+    if truth.get("module"):
+        command = [python, "-u", "-m", str(truth["module"])]
+    else:
+        command = [python, "-u", str(program)]
+    if truth.get("wrapper"):
+        return ["bash", str(REPO_ROOT / truth["wrapper"]), *command]
+    return command
 
 
 def sbatch_argv(truth: Mapping[str, Any], state_dir: Path, script: Path) -> list[str]:

@@ -88,7 +88,7 @@ def test_waiting_site_line_carries_the_marker(name):
 def test_every_marker_is_claimed_by_a_truth_file():
     # GIVEN all marked lines in the scenario sources
     marked = set()
-    for source in SCENARIO_DIR.glob("*.py"):
+    for source in SCENARIO_DIR.rglob("*.py"):  # packages run with `python -m` too
         for number, line in enumerate(source.read_text().splitlines(), start=1):
             if "# CULPRIT" in line or "# WAITING" in line:
                 marked.add(f"{source.relative_to(REPO_ROOT).as_posix()}:{number}")
@@ -108,7 +108,28 @@ def test_every_marker_is_claimed_by_a_truth_file():
 def test_every_program_has_a_truth_file():
     programs = {p.name for p in SCENARIO_DIR.glob("*.py")
                 if not p.name.startswith("_") and p.name != "launch.py"}
-    assert programs == {Path(load_truth(n)["program"]).name for n in NAMES}
+    top_level = {Path(load_truth(n)["program"]) for n in NAMES}
+    assert programs == {p.name for p in top_level if p.parent.as_posix() == "tests/scenarios"}
+
+
+def test_module_scenarios_run_their_program_as_a_module():
+    # GIVEN scenarios launched with `python -m` THEN the module is the program, importable
+    # from the scenario directory (which the batch script puts on PYTHONPATH)
+    for name in NAMES:
+        module = load_truth(name).get("module")
+        if module:
+            program = REPO_ROOT / load_truth(name)["program"]
+            assert program == SCENARIO_DIR.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def test_wrapper_and_module_scenarios_get_their_launch_lines(tmp_path):
+    wrapped = batch_script(load_truth("wrapper_no_exec"), tmp_path, "/venv/bin/python")
+    wrapper = REPO_ROOT / "tests/scenarios/run_training.sh"
+    assert f"nice -n 5 bash {wrapper} /venv/bin/python -u " in wrapped
+    code = [line for line in wrapper.read_text().splitlines() if not line.startswith("#")]
+    assert not any(line.lstrip().startswith("exec") for line in code)  # python is its child
+    module = batch_script(load_truth("module_lock_deadlock"), tmp_path, "/venv/bin/python")
+    assert "nice -n 5 /venv/bin/python -u -m trainer.main" in module
 
 
 # ---------------------------------------------------------------- launch scripts (pure)

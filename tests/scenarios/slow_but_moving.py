@@ -1,0 +1,56 @@
+"""Scenario (control): slow but moving. Steps take seconds; the last rank is the slow one.
+
+Each step every rank "loads" its batch (0.3 s) and computes; the last rank's shard has the
+long sequences, so it computes for about 2.5 s of CPU per step while the others finish in a
+fraction of that and wait for it in the gradient all_reduce. At any instant the job looks
+like one busy rank and three waiting ones -- yet every rank finishes a step every ~3 s and
+prints it. It must never get a hang verdict.
+"""
+
+from __future__ import annotations
+
+import time
+
+import _harness as harness
+import _training as training
+import torch
+import torch.distributed as dist
+
+LOAD_SECONDS = 0.3
+SLOW_COMPUTE_SECONDS = 2.5
+FAST_COMPUTE_SECONDS = 0.2
+#: About 30 minutes, the job's time limit.
+STEPS = 600
+
+
+def encode_sequences(seconds: float) -> torch.Tensor:
+    """Native tensor maths for about `seconds` of CPU (the long-sequence encoder)."""
+    state = torch.eye(64)
+    weights = torch.randn(64, 64) / 8
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        state = torch.tanh(state @ weights)
+    return state
+
+
+def train(info: harness.RankInfo) -> None:
+    model = training.build_model()
+    slow = info.rank == info.world_size - 1
+    for step in range(STEPS):
+        time.sleep(LOAD_SECONDS)
+        encode_sequences(SLOW_COMPUTE_SECONDS if slow else FAST_COMPUTE_SECONDS)
+        loss = training.train_step(model, training.synthetic_batch(info.rank, step))
+        harness.log(info, f"step {step} loss {loss:.4f}")
+        if step == 0:
+            harness.report_ready(info, "training", role="healthy")
+
+
+def main() -> None:
+    info = harness.setup()
+    harness.init_distributed(info)
+    train(info)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
