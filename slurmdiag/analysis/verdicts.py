@@ -336,7 +336,9 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
         if _measured_work(digest):
             # its CPU or I/O advance: working (reading, writing, computing), not blocked
             return _Status(digest, "busy", info.kind, info.site, None, None, info)
-        return _Status(digest, "blocked", info.kind, info.site, None, None, info)
+        # subprocess.run's wait is "I/O" by its frames; the kernel says it waits for a child
+        kind = "child" if _wchan_hint(proc.wchan) == "child" else info.kind
+        return _Status(digest, "blocked", kind, info.site, None, None, info)
     if _is_busy(digest):
         return _Status(digest, "busy", info.kind, info.site, None, None, info)
     hint = _wchan_hint(proc.wchan) or _strace_hint(digest)

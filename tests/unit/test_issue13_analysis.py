@@ -270,3 +270,26 @@ def test_merge_reports_measured_cpu_of_the_main_thread() -> None:
     digests = merge_stacks(load("silent_compute")).digests
     assert all(d.main_rule == "os_thread_id" for d in digests)
     assert all(d.cpu_fraction is not None and d.cpu_fraction > 0.02 for d in digests)
+
+
+# ------------------------------------------------ i13b's corpus (real snapshots of its runs)
+
+ACCURACY = FIXTURES.parent / "accuracy"
+
+
+def test_rank_waiting_for_its_child_names_the_childs_command() -> None:
+    # GIVEN rank 3 in subprocess.run of `flock <log> cp ...` (wchan do_wait), ranks 0-2 in
+    # all_reduce
+    snapshot = Snapshot.from_json((ACCURACY / "child_process_wait.default.json").read_text())
+    v = top(snapshot)
+    # THEN the straggler is said to wait for its child, whose command is named
+    assert (v.kind, v.culprit_ranks) == ("straggler", (3,))
+    assert "waiting for a child process" in v.summary and "flock" in v.summary
+    assert "child process" in (v.next_step or "")
+
+
+def test_point_to_point_pair_is_the_culprit_of_a_two_to_two_tie() -> None:
+    # GIVEN ranks 2 and 3 both in recv from each other, ranks 0-1 in the gradient all_reduce
+    snapshot = Snapshot.from_json((ACCURACY / "p2p_deadlock.default.json").read_text())
+    v = top(snapshot)
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (2, 3))
