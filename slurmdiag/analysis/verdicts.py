@@ -1097,7 +1097,7 @@ def _hang_verdicts(
 _P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
                       "batch_isend_irecv"})
 _SOCKET_WCHAN = ("poll", "select", "epoll", "sk_wait", "tcp_", "unix_stream", "wait_woken", "inet_")
-PEER_WAIT_OP = "a wait on a peer (store, socket or Work.wait)"
+PEER_WAIT_OP = "a store/socket/Work wait on a peer"
 
 
 def _is_peer_wait(s: _Status) -> bool:

@@ -293,3 +293,21 @@ def test_point_to_point_pair_is_the_culprit_of_a_two_to_two_tie() -> None:
     snapshot = Snapshot.from_json((ACCURACY / "p2p_deadlock.default.json").read_text())
     v = top(snapshot)
     assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (2, 3))
+
+
+def test_ranks_in_a_store_get_wait_for_the_rank_that_never_sets_the_key() -> None:
+    # GIVEN ranks 0-6 in store.get of a key rank 7 set under another name; rank 7 in barrier
+    for snapshot in (load("store_key_never_set"), first_samples(load("store_key_never_set"))):
+        v = top(snapshot)
+        # THEN rank 7 only (not the seven store readers as stragglers)
+        assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (7,))
+        assert v.sites == (SCENARIOS + "store_key_never_set.py:38",)
+
+
+def test_ranks_in_an_async_work_wait_wait_for_the_rank_in_the_barrier() -> None:
+    # GIVEN ranks 0-2 in work.wait() of an async all_reduce (a C++ call, wchan futex), rank 3
+    # in a barrier in its except-branch
+    for snapshot in (load("async_work_wait"), first_samples(load("async_work_wait"))):
+        v = top(snapshot)
+        assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (3,))
+        assert v.sites == (SCENARIOS + "async_work_wait.py:34",)
