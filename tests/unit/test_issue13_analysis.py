@@ -13,7 +13,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from snapfactory import collective, in_user, job, stack
+from snapfactory import collective, dataloader_wait, in_user, job, stack, thread
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.stacks import is_idle_thread, merge_stacks, pick_main_thread
@@ -311,3 +311,22 @@ def test_ranks_in_an_async_work_wait_wait_for_the_rank_in_the_barrier() -> None:
         v = top(snapshot)
         assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (3,))
         assert v.sites == (SCENARIOS + "async_work_wait.py:34",)
+
+
+# --------------------------------------------------------------- threads the main waits on
+
+
+def test_main_thread_waiting_on_a_queue_names_the_thread_stuck_in_user_code() -> None:
+    # GIVEN rank 2's main thread in queue.get, its prefetch thread stuck in the job's own code
+    # (a blocking read), an idle feeder thread beside; ranks 0,1,3 in all_reduce
+    prefetch = thread(stack("read_shard loader.py:40", "run loader.py:22",
+                            "_bootstrap_inner threading.py:1045"), name="prefetch", thread_id=7)
+    feeder = thread(stack("wait threading.py:327", "_feed multiprocessing/queues.py:231",
+                          "run threading.py:982"), name="QueueFeederThread", thread_id=8)
+    s = job(2, 2, lambda r: [dataloader_wait() if r == 2 else collective("all_reduce")] * 3,
+            overrides={2: {"extra_threads": (prefetch, feeder)}})
+    v = top(s)
+    # THEN the straggler's summary says its main thread waits on that thread, at its site
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,))
+    assert "waits on thread prefetch (loader.py:40)" in v.summary
+    assert "QueueFeederThread" not in v.summary
