@@ -330,3 +330,16 @@ def test_main_thread_waiting_on_a_queue_names_the_thread_stuck_in_user_code() ->
     assert (v.kind, v.culprit_ranks) == ("straggler", (2,))
     assert "waits on thread prefetch (loader.py:40)" in v.summary
     assert "QueueFeederThread" not in v.summary
+
+
+def test_terminal_banner_says_when_a_verdict_is_unsure() -> None:
+    from slurmdiag.report.terminal import format_summary
+
+    parked = stack("wait threading.py:327", "get queue.py:171", "run threading.py:982")
+    s = job(2, 2, lambda r: [parked] * 3 if r == 1 else [collective("all_reduce")] * 3)
+    lines = format_summary(s, diagnose(s), color=False, report_path=None)
+    assert any(line.startswith("CRITICAL straggler (low confidence") for line in lines), lines
+    sure = job(2, 2, lambda r: [in_user(40)] * 3 if r == 1 else [collective("all_reduce")] * 3,
+               overrides={1: {"wchan": "hrtimer_nanosleep"}})
+    assert not any("low confidence" in line for line in format_summary(
+        sure, diagnose(sure), color=False, report_path=None))
