@@ -1118,7 +1118,15 @@ def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
         (s for s in statuses if _is_peer_wait(s)),
         lambda s: s.info.keys if s.info is not None else None,
     )
-    together = [g for g in groups.values() if len(g) >= 2 and len(g) < len(statuses)]
+    # Two ranks stuck in the same C call on a socket while most ranks wait in a collective are
+    # stragglers (a remote service without timeout), not the waiters: a peer-wait group must
+    # be at least as large as the group of ranks in collectives.
+    in_collectives = sum(1 for s in statuses if s.status == "waiting")
+    together = [
+        g
+        for g in groups.values()
+        if len(g) >= 2 and len(g) < len(statuses) and len(g) >= in_collectives
+    ]
     if not together:
         return statuses, None
     chosen = {id(s) for g in together for s in g}

@@ -343,3 +343,15 @@ def test_terminal_banner_says_when_a_verdict_is_unsure() -> None:
                overrides={1: {"wchan": "hrtimer_nanosleep"}})
     assert not any("low confidence" in line for line in format_summary(
         sure, diagnose(sure), color=False, report_path=None))
+
+
+def test_two_ranks_stuck_in_one_socket_call_while_most_wait_in_all_reduce_are_stragglers() -> None:
+    # GIVEN ranks 3 and 5 idle at the same C call on a socket (a remote service without a
+    # timeout), ranks 0-2,4,6,7 in all_reduce
+    def stacks(r: int):  # type: ignore[no-untyped-def]
+        return [in_user(40)] * 3 if r in (3, 5) else [collective("all_reduce")] * 3
+
+    wchan = {"wchan": "sk_wait_data"}
+    v = top(job(4, 2, stacks, overrides={3: wchan, 5: wchan}))
+    # THEN they are the stragglers, not ranks the others wait with
+    assert (v.kind, v.culprit_ranks) == ("straggler", (3, 5))
