@@ -289,7 +289,9 @@ def _is_busy(digest: RankDigest) -> bool:
     if measured is not None:
         return measured
     cpu = digest.proc.cpu_percent
-    return digest.active or (cpu is not None and cpu >= BUSY_CPU_PERCENT)
+    running = (digest.proc.state or "")[:1] == "R"  # on a crowded node a computing rank gets
+    # a few percent of a core, but it stays runnable
+    return digest.active or running or (cpu is not None and cpu >= BUSY_CPU_PERCENT)
 
 
 def _measured_work(digest: RankDigest) -> bool | None:
