@@ -220,14 +220,15 @@ def totals(results: Sequence[Comparison], mode: str) -> Totals:
 
 
 def render_markdown(results: Sequence[Comparison], *, when: str, version: str,
-                    commit: str) -> str:
+                    commit: str, minutes: float | None = None) -> str:
     by_name: dict[str, dict[str, Comparison]] = {}
     for r in results:
         by_name.setdefault(r.name, {})[r.mode] = r
     lines = [
         "# Accuracy of slurmdiag's verdicts on the scenario corpus",
         "",
-        f"Measured {when} with slurmdiag {version} (commit {commit}) by `make accuracy`",
+        f"Measured {when} with slurmdiag {version} (commit {commit}) by `make accuracy`"
+        + (f" in {minutes:.0f} min" if minutes is not None else ""),
         "(tests/accuracy.py) on the local 4-node Slurm cluster: each scenario of",
         "tests/scenarios/ (real gloo jobs, ground truth in `<name>.json`) is submitted, waited",
         "until every rank is in its hang, and attached with the real CLI",
@@ -291,10 +292,11 @@ def render_markdown(results: Sequence[Comparison], *, when: str, version: str,
     if wrong:
         lines += ["", "## What slurmdiag said when it was wrong", ""]
         for r in sorted(wrong, key=lambda r: (r.name, r.mode)):
-            said = r.error or r.produced.summary or "(no verdict)"
+            said = (r.error or r.produced.summary or "(no verdict)").replace(
+                str(REPO_ROOT) + "/", "")
             lines.append(f"- `{r.name}` ({r.mode}): {said[:400]}")
-    lines += ["", "Findings (which rule lied, per scenario): /work/wt/_brief/i13-findings.md in",
-              "the session that built the corpus; the scenarios' notes say what really happens."]
+    lines += ["", "What really happens in each scenario (measured) is in the `notes` of its",
+              "tests/scenarios/<name>.json; tests/scenarios/README.md has the table."]
     return "\n".join(lines) + "\n"
 
 
@@ -340,8 +342,12 @@ def _wait_gone(runs: Iterable[ScenarioRun], timeout: float = 60.0) -> None:
             time.sleep(1)
 
 
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
 def run_batch(names: Sequence[str], state_root: Path, keep: Path | None,
-              log: Any = print) -> list[Comparison]:
+              log: Any = _log) -> list[Comparison]:
     runs: list[ScenarioRun] = []
     results: list[Comparison] = []
     try:
@@ -372,10 +378,18 @@ def run_batch(names: Sequence[str], state_root: Path, keep: Path | None,
     return results
 
 
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO_ROOT,
+                          check=False)
+    return done.stdout.strip()
+
+
 def _git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, cwd=REPO_ROOT, check=False)
-    return done.stdout.strip() or "?"
+    """The checkout, and the commit that last changed the package (what is measured)."""
+    package = _git("log", "-1", "--format=%h", "--", "slurmdiag") or "?"
+    if _git("status", "--porcelain", "--", "slurmdiag"):
+        package += " plus uncommitted changes"
+    return f"{_git('describe', '--always', '--dirty') or '?'}; slurmdiag/ as of {package}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     args.keep.mkdir(parents=True, exist_ok=True)
     results: list[Comparison] = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    began = time.monotonic()
     for number, batch in enumerate(batches(names, args.max_ranks), start=1):
         print(f"batch {number}: {', '.join(batch)}", flush=True)
         results += run_batch(batch, args.state / f"batch{number}", args.keep)
@@ -401,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render_markdown(results, when=started, version=__version__,
-                                        commit=_git_commit()))
+                                        commit=_git_commit(),
+                                        minutes=(time.monotonic() - began) / 60))
     t = totals(results, "default")
     print(f"{args.out}: default: culprits {t.culprits_right}/{t.hang_runs}, site "
           f"{t.site_right}/{t.hang_runs}, false alarms {t.false_alarms}/{t.quiet_runs}")

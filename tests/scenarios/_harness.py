@@ -199,3 +199,14 @@ def report_ready(info: RankInfo, phase: str, role: str) -> None:
 
 def log(info: RankInfo, message: str) -> None:
     print(f"[rank {info.rank}/{info.world_size}] {message}", file=sys.stdout, flush=True)
+
+
+def train_plainly(info: RankInfo, steps: range) -> None:
+    """The shared training loop once past a scenario's own start: a fresh model, one
+    `_training.train_step` and one log line per step."""
+    import _training as training  # torch: imported by the ranks only, as in init_distributed
+
+    model = training.build_model()
+    for step in steps:
+        loss = training.train_step(model, training.synthetic_batch(info.rank, step))
+        log(info, f"step {step} loss {loss:.4f}")

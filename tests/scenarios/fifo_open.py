@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 import _harness as harness
-import _training as training
 import torch.distributed as dist
 
 #: The rank whose staging daemon died and left a FIFO in place of the manifest.
@@ -49,10 +48,7 @@ def main() -> None:
                          role=role)
     files = read_manifest(path)
     harness.log(info, f"{len(files)} files in the manifest")
-    model = training.build_model()
-    for step in range(STEPS):
-        loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-        harness.log(info, f"step {step} loss {loss:.4f}")
+    harness.train_plainly(info, range(STEPS))
     dist.destroy_process_group()
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 
 import _harness as harness
-import _training as training
 import torch.distributed as dist
 
 #: Readers give up after the process-group timeout, as the job's own store does.
@@ -53,10 +52,7 @@ def main() -> None:
     else:
         total = read_record_count(store, info, epoch=0)
     harness.log(info, f"{total} records in the dataset")
-    model = training.build_model()
-    for step in range(STEPS):
-        loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-        harness.log(info, f"step {step} loss {loss:.4f}")
+    harness.train_plainly(info, range(STEPS))
     dist.destroy_process_group()
 
 
