@@ -5,7 +5,8 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
-APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-server iproute2 procps
+APT_PACKAGES := slurmctld slurmd slurm-client munge strace chromium openssh-server iproute2 procps \
+                zsh bash-completion mariadb-server slurmdbd gdb
 CLUSTER := deploy/local-cluster/cluster
 NODES ?= 4
 
@@ -27,7 +28,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	# torch pinned: this CPU build is available offline; an unpinned torch pulls a CUDA build.
 	$(VENV)/bin/pip install -q 'torch==2.13.0'
-	$(VENV)/bin/pip install -q -e '.[test,ssh,torch]'
+	$(VENV)/bin/pip install -q -e '.[test,ssh,torch,dev,postmortem]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -50,10 +51,16 @@ accuracy: setup cluster
 	$(VENV)/bin/python tests/accuracy.py --out docs/accuracy.md
 
 bench: setup
-	# bench_attach.py starts its own 32-node cluster; the test cluster is left alone
-	$(VENV)/bin/python bench/bench_attach.py
-	$(VENV)/bin/python bench/bench_analysis.py
-	$(VENV)/bin/python bench/bench_report.py
+	# bench_attach.py starts its own cluster (6917/18001-); the test cluster is left alone.
+	# Every run below runs to its end; make fails afterwards if any was over budget.
+	status=0; \
+	$(VENV)/bin/python bench/bench_attach.py --job torch --keep-cluster || status=1; \
+	$(VENV)/bin/python bench/bench_attach.py --keep-cluster || status=1; \
+	$(VENV)/bin/python bench/bench_attach.py --nodes 8 --ranks-per-node 8 --keep-cluster || status=1; \
+	$(VENV)/bin/python bench/bench_attach.py --scaling 8,32,128 || status=1; \
+	$(VENV)/bin/python bench/bench_analysis.py || status=1; \
+	$(VENV)/bin/python bench/bench_report.py || status=1; \
+	exit $$status
 
 lint: venv
 	$(VENV)/bin/ruff check slurmdiag tests bench

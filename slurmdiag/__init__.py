@@ -6,7 +6,7 @@ from typing import Any
 
 from slurmdiag._version import __version__
 
-__all__ = ["Snapshot", "__version__", "attach"]
+__all__ = ["Snapshot", "__version__", "attach", "postmortem"]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,6 +15,10 @@ def __getattr__(name: str) -> Any:
         from slurmdiag.api import attach
 
         return attach
+    if name == "postmortem":
+        from slurmdiag.post_mortem import postmortem
+
+        return postmortem
     if name == "Snapshot":
         from slurmdiag.snapshot import Snapshot
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError, UsageError
-from slurmdiag.slurm.discover import discover_job, job_ref_from_user
+from slurmdiag.slurm.discover import check_caller_may_attach, discover_job, job_ref_from_user
 from slurmdiag.transport.collect import (
     DEFAULT_NODE_CACHE,
     CollectOptions,
@@ -78,19 +78,27 @@ def collect_snapshot(
     ssh_options: dict | None = None,
     progress: Callable[[int, int], None] | None = None,
     meanwhile: Callable[[], object] | None = None,
+    on_phase: Callable[[str, int | None], None] | None = None,
 ) -> tuple[Snapshot, list[str]]:
     """Discover the job, fan the collector out, and assemble the snapshot (no analysis yet).
 
     ``meanwhile`` runs in a thread during the fan-out (the controller mostly waits on srun); an
     exception there is dropped: whatever it prepares is done again, and fails for real, on use.
+    ``on_phase(name, nodes expected or None)`` is told what attach is doing (the live line).
     """
+    phase = on_phase or (lambda name, expected: None)
     if samples < 1:
         raise UsageError("--samples must be at least 1")
     if interval < 0 or strace_s < 0 or timeout_s <= 0:
         raise UsageError("--interval and --strace must be >= 0 and --timeout > 0")
     started = _dt.datetime.now(_dt.timezone.utc)
+    phase("finding the job", None)
     ref = job_ref_from_user(str(job_id))
     slurm_job = discover_job(ref, run_command)
+    check_caller_may_attach(
+        slurm_job, ref, run_command, transport=transport,
+        ssh_user=(ssh_options or {}).get("user"),
+    )
     options = CollectOptions(
         samples=samples,
         interval_s=interval,
@@ -112,9 +120,11 @@ def collect_snapshot(
             target=_quietly, args=(meanwhile,), name="slurmdiag-meanwhile", daemon=True
         )
         helper.start()
+    phase(f"collecting through {transport}", len(slurm_job.nodes))
     fanout = _fan_out(
         slurm_job.job_id, slurm_job.nodes, options, transport, ssh_options, progress, het_group
     )
+    phase("assembling the snapshot", None)
     if helper is not None:
         helper.join(MEANWHILE_JOIN_S)  # a race for the same imports would only cost time
 
@@ -139,6 +149,7 @@ def collect_snapshot(
             "timeout_s": timeout_s,
             "native": native,
             "flight_recorder": flight_recorder,
+            **({"interrupted": True} if fanout.interrupted else {}),
         },
         log_findings=findings_from_job_logs(job),
         flight_recorder=flight_recorder_section(
@@ -217,11 +228,14 @@ def attach_job(
     )
     from slurmdiag.analysis import analyze
 
+    phase = options.get("on_phase") or (lambda name, expected: None)
+    phase("analysing", None)
     analysis = analyze(snapshot)
     snapshot = dataclasses.replace(snapshot, verdicts=tuple(analysis.verdicts))
     target: Path | None = None
     if write:
         target = Path(out_dir) if out_dir is not None else default_out_dir(snapshot.job.id)
+        phase("writing the report" if report else "writing the snapshot", None)
         snapshot = write_outputs(snapshot, target, analysis, report=report, mode=file_mode)
     return AttachResult(
         snapshot=snapshot, analysis=analysis, out_dir=target, warnings=tuple(warnings)

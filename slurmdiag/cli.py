@@ -2,30 +2,57 @@
 
 Exit codes (every command):
     0   success (attach/report: the snapshot or report was produced; watch: nothing stuck)
-    1   watch only: stuck jobs were found
+    1   watch: stuck jobs were found; probe: a bad node, link or MTU was named
     2   usage error (bad arguments, bad job id form)
     3   job not found            4   job not running (pending, suspended, finished)
     5   Slurm unavailable        6   transport failed on every node
     7   configuration error      8   optional dependency missing
     9   unreadable input         10  any other failure of slurmdiag itself
+    11  not permitted (another user's job)   12  doctor: a check failed (1: warnings only)
     130 interrupted (Ctrl-C)
+watch --check-heartbeat has the monitoring-plugin codes instead: 0 OK, 1 WARNING, 2 CRITICAL,
+3 UNKNOWN (a usage error there is 3).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError, TransportFailed, UsageError
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Epilogs as written (the examples), and every option's default in its help line."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or "default" in text.lower()
+            or action.default in (None, False, argparse.SUPPRESS)
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of exiting, so main() owns every exit code."""
+    """argparse that raises UsageError instead of exiting, so main() owns every exit code.
+
+    Every parser of the tree, subcommands too, shows defaults and its examples epilog as written.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["formatter_class"] = _HelpFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, hint=f"run '{self.prog} --help'")
@@ -39,10 +66,17 @@ def _positive_int(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
+    """A time option in seconds: ``30``, or with a unit (``30s``, ``2m``, ``1h``).
+
+    A bare number is seconds here, as each option's help says (Slurm would read minutes)."""
+    from slurmdiag.config import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds (e.g. 30, 30s or 2m)"
+        ) from None
 
 
 def _file_mode(text: str) -> int:
@@ -59,30 +93,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="slurmdiag",
         description="Diagnose a hung multi-node PyTorch job on Slurm: which rank, where, why.",
-        epilog="Exit codes: 0 ok, 1 stuck jobs found (watch), 2 usage, 3 job not found, "
+        epilog="Exit codes: 0 ok, 1 stuck jobs found (watch) or a bad node or link (probe), 2 usage, 3 job not found, "
         "4 job not running, 5 Slurm unavailable, 6 transport failed, 7 config, "
-        "8 missing extra, 9 unreadable input, 10 internal.",
+        "8 missing extra, 9 unreadable input, 10 internal, 11 not permitted, 12 a doctor check failed "
+        "(watch --check-heartbeat: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).",
     )
     parser.add_argument("--version", action="version", version=f"slurmdiag {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    attach = sub.add_parser("attach", help="inspect every rank of a running job")
+    attach = sub.add_parser(
+        "attach", help="inspect every rank of a running job",
+        description="Find the job's ranks on every node through one srun step, sample their "
+        "stacks, and name the culprit.",
+        epilog=ATTACH_EPILOG,
+    )
     attach.add_argument("job_id", help="job id: 123, 123_4 (array task) or 123+1 (het component)")
     attach.add_argument("--samples", type=_positive_int, default=3, help="stack samples per rank")
-    attach.add_argument("--interval", type=_seconds, default=1.0, help="seconds between samples")
+    attach.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
+                        help="seconds between samples")
     attach.add_argument(
         "--strace", type=_seconds, default=2.0, metavar="SECONDS",
         help="strace -c window per rank after sampling (0: off)",
     )
     attach.add_argument(
-        "--timeout", type=_seconds, default=30.0, help="global deadline in seconds (default 30)"
+        "--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        help="global deadline in seconds (or 2m)",
     )
     attach.add_argument("--native", action="store_true", help="include native frames (slower)")
     attach.add_argument(
         "--flight-recorder", action="store_true",
         help="ask ranks hooked with slurmdiag.torch.install() for a Flight Recorder dump",
     )
-    attach.add_argument("--transport", choices=("srun", "ssh"), default="srun")
+    attach.add_argument("--transport", choices=("srun", "ssh"), default="srun",
+                        help="one srun step into the job, or ssh to each node")
     attach.add_argument("--out", metavar="DIR", help="write snapshot.json and report.html here")
     attach.add_argument("--json", action="store_true", help="print the snapshot JSON on stdout")
     attach.add_argument("--no-report", action="store_true", help="do not write the HTML report")
@@ -100,18 +143,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="node-local directory under which each node keeps the compiled collector in a "
         "private slurmdiag-UID directory (default /dev/shm; '' = compile every time)",
     )
-    attach.add_argument("--py-spy", dest="pyspy_path", help="py-spy path on the nodes")
-    attach.add_argument("--nvidia-smi", dest="nvidia_smi_path", help="nvidia-smi path on the nodes")
+    attach.add_argument("--py-spy", dest="pyspy_path", metavar="PATH",
+                        help="py-spy path on the nodes")
+    attach.add_argument("--nvidia-smi", dest="nvidia_smi_path", metavar="PATH",
+                        help="nvidia-smi path on the nodes")
     ssh = attach.add_argument_group("ssh transport")
     ssh.add_argument("--ssh-user", help="user name (default: current user)")
-    ssh.add_argument("--ssh-port", type=int, default=22)
+    ssh.add_argument("--ssh-port", type=int, default=22, help="ssh port of the nodes")
     ssh.add_argument("--ssh-key", help="private key file (default: agent and ~/.ssh keys)")
     ssh.add_argument("--ssh-known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts)")
     ssh.add_argument(
         "--ssh-accept-new", action="store_true", help="accept and remember unknown host keys"
     )
 
-    report = sub.add_parser("report", help="re-render the HTML report from a saved snapshot")
+    report = sub.add_parser(
+        "report", help="re-render the HTML report from a saved snapshot", epilog=REPORT_EPILOG
+    )
     report.add_argument("snapshot", help="snapshot.json written by attach")
     report.add_argument("-o", "--output", help="HTML file to write (default: beside the snapshot)")
     report.add_argument(
@@ -119,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="permissions of the report (octal, default 0640)",
     )
 
+    from slurmdiag.post_mortem.cli import add_parser as add_postmortem_parser
+
+    add_postmortem_parser(sub, _file_mode)
     try:
         from slurmdiag.watch.cli_support import add_config_arguments, add_watch_arguments
     except ImportError:  # pragma: no cover - the watch package is part of every install
@@ -126,25 +176,47 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_watch_arguments(sub)
         add_config_arguments(sub)
+    _add_doctor(sub)
+    _add_completion(sub)
+    from slurmdiag.probe.cli import add_probe_arguments
+
+    add_probe_arguments(sub)
     return parser
 
 
-def _progress_printer():
-    if not sys.stderr.isatty():
+ATTACH_EPILOG = """\
+examples:
+  slurmdiag attach 123456                   summary here; report + snapshot in ./slurmdiag-123456-*/
+  slurmdiag attach 123_4 --json --out /tmp/d   an array task; the snapshot JSON on stdout"""
+
+REPORT_EPILOG = """\
+examples:
+  slurmdiag report /tmp/d/snapshot.json              writes /tmp/d/report.html
+  slurmdiag report snapshot.json -o ~/public/r.html --file-mode 0644"""
+
+
+def _add_completion(sub: Any) -> None:
+    from slurmdiag.completion import add_completion_arguments
+
+    add_completion_arguments(sub)
+
+
+def _add_doctor(sub: Any) -> None:
+    from slurmdiag.doctor import add_doctor_arguments
+
+    add_doctor_arguments(sub)
+
+
+def _live_progress(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The live line on stderr: only on a terminal, and never with --json."""
+    if args.json or not sys.stderr.isatty():
         return None
+    from slurmdiag.report.progress import LiveProgress
 
-    def show(done: int, total: int) -> None:
-        sys.stderr.write(f"\rnodes answered: {done}/{total}")
-        sys.stderr.flush()
-        if done == total:
-            sys.stderr.write("\n")
-
-    return show
+    return LiveProgress(sys.stderr, args.timeout)
 
 
 def _run_attach(args: argparse.Namespace) -> int:
-    from slurmdiag.api import attach_job
-
     ssh_options = None
     if args.transport == "ssh":
         ssh_options = {
@@ -154,7 +226,21 @@ def _run_attach(args: argparse.Namespace) -> int:
             "known_hosts": args.ssh_known_hosts,
             "accept_new": args.ssh_accept_new,
         }
-    result = attach_job(
+    live = _live_progress(args)
+    if live is not None:
+        live.start()
+    try:
+        result = _attach_with(args, ssh_options, live)
+    finally:
+        if live is not None:
+            live.close()
+    return _show_attach(args, result)
+
+
+def _attach_with(args: argparse.Namespace, ssh_options: dict | None, live: Any) -> Any:
+    from slurmdiag.api import attach_job
+
+    return attach_job(
         args.job_id,
         out_dir=args.out,
         report=not args.no_report,
@@ -171,8 +257,12 @@ def _run_attach(args: argparse.Namespace) -> int:
         nvidia_smi_path=args.nvidia_smi_path,
         flight_recorder=args.flight_recorder,
         ssh_options=ssh_options,
-        progress=_progress_printer(),
+        progress=live.nodes if live is not None else None,
+        on_phase=live.phase if live is not None else None,
     )
+
+
+def _show_attach(args: argparse.Namespace, result: Any) -> int:
     from slurmdiag.report.terminal import format_summary, should_color  # loaded during attach
 
     for warning in result.warnings:
@@ -192,6 +282,10 @@ def _run_attach(args: argparse.Namespace) -> int:
         print(f"snapshot: {result.out_dir / 'snapshot.json'}", file=sys.stderr)
         if snapshot.report:
             print(f"report:   {snapshot.report}", file=sys.stderr)
+    if snapshot.options.get("interrupted"):
+        print("error: interrupted; what the nodes sent until then was kept", file=sys.stderr)
+        print("hint: attach again for a complete snapshot", file=sys.stderr)
+        return 130
     if snapshot.nodes and all(node.status != "ok" for node in snapshot.nodes):
         # Written and shown above (each node's reason is data), yet nothing was collected.
         first = snapshot.nodes[0]
@@ -210,14 +304,19 @@ def _run_report(args: argparse.Namespace) -> int:
     from slurmdiag.snapshot import Snapshot
 
     source = Path(args.snapshot)
+    # Exit 9 (unreadable input) for a missing file too, as for one that is not a snapshot.
+    hint = "give the snapshot.json that 'slurmdiag attach' wrote (or its --json output)"
     try:
         text = source.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {source}: {exc.strerror}", hint="give a snapshot.json path")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+        raise ParseError(f"cannot read {source}: {reason}", hint=hint) from None
     try:
         snapshot = Snapshot.from_json(text)
     except ParseError as exc:
-        raise ParseError(f"{source}: {exc.message}", hint=exc.hint) from None
+        # Input that is not a snapshot is the user's to fix, not a bug to report.
+        better = hint if exc.hint == ParseError.default_hint else exc.hint
+        raise ParseError(f"{source}: {exc.message}", hint=better) from None
     output = Path(args.output) if args.output else source.with_name("report.html")
     try:
         written = write_snapshot_report(snapshot, output, mode=args.file_mode)
@@ -228,15 +327,35 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_attach_interruptible(args: argparse.Namespace) -> int:
+    """SIGTERM (a scheduler, a service manager) ends attach like Ctrl-C: the srun step is
+    ended, what the nodes sent is written, no collector or step is left behind."""
+    if threading.current_thread() is not threading.main_thread():
+        return _run_attach(args)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _run_attach(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+HEARTBEAT_UNKNOWN = 3  # watch --check-heartbeat: the monitoring-plugin code for "cannot tell"
+
+
+def _is_heartbeat_check(argv: Sequence[str]) -> bool:
+    return any(a == "--check-heartbeat" or a.startswith("--check-heartbeat=") for a in argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
         if args.command == "attach":
-            return _run_attach(args)
+            return _run_attach_interruptible(args)
         if args.command == "report":
             return _run_report(args)
         return int(args.handler(args))
@@ -244,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"hint: {exc.hint}", file=sys.stderr)
+        if isinstance(exc, UsageError) and _is_heartbeat_check(argv):
+            return HEARTBEAT_UNKNOWN  # a monitoring plugin's bad command line is UNKNOWN, not 2
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

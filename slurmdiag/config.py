@@ -51,6 +51,8 @@ class WatchSettings:
     report_url_base: str | None = None
     state_db: Path = DEFAULT_REPORT_DIR / STATE_SUBDIR / "watch.db"
     heartbeat_file: Path = DEFAULT_REPORT_DIR / STATE_SUBDIR / "heartbeat.json"
+    # Prometheus text file written after every pass (node-exporter's textfile collector); None: off.
+    metrics_file: Path | None = None
     cooldown: float = 1800.0
     notify_recovered: bool = True
     cluster_name: str | None = None
@@ -100,6 +102,8 @@ class Settings:
     watch: WatchSettings = field(default_factory=WatchSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
     source: Path | None = None  # the config file read, if any
+    # Warnings of the configuration (e.g. a duration without a unit), for the CLI to print.
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for ``config show`` / JSON; the webhook URL is redacted."""
@@ -167,6 +171,26 @@ def parse_duration(value: Any) -> float:
     if seconds < 0:
         raise _Bad("a duration cannot be negative")
     return seconds
+
+
+def bare_number(value: Any) -> bool:
+    """True for a duration written without a unit (``600``, ``"10"``): seconds here, but minutes
+    for Slurm (``--time=10``), so whoever reads it back gets told which was taken."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    return isinstance(value, str) and re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", value) is not None
+
+
+def bare_number_note(value: Any) -> str:
+    """What a bare number was taken as, and how to write it unambiguously."""
+    seconds = float(value)
+    minutes = f"; write {format_duration(seconds)} to keep it" if seconds else ""
+    return (
+        f"{str(value).strip()} has no unit: taken as {seconds:g} seconds (Slurm would read "
+        f"minutes){minutes}, or {format_duration(seconds * 60)} for minutes"
+    )
 
 
 def format_duration(seconds: float) -> str:
@@ -256,6 +280,12 @@ def _path(value: Any) -> Path:
     return Path(os.path.expanduser(_string(value)))
 
 
+def _optional_path(value: Any) -> Path | None:
+    if isinstance(value, str) and not value.strip():
+        return None
+    return _path(value)
+
+
 def _url_base(value: Any) -> str | None:
     text = _optional_string(value)
     if text is None:
@@ -313,17 +343,19 @@ def _describe(value: Any) -> str:
 class _Key:
     parse: Callable[[Any], Any]
     is_path: bool = False
+    duration: bool = False  # a bare number is taken as seconds, with a warning saying so
 
 
 _SCHEMA: dict[str, dict[str, _Key]] = {
     "watch": {
-        "stale_after": _Key(_duration(minimum=0.0)),
-        "min_runtime": _Key(_duration(minimum=0.0)),
+        "stale_after": _Key(_duration(minimum=0.0), duration=True),
+        "min_runtime": _Key(_duration(minimum=0.0), duration=True),
         "report_dir": _Key(_path, is_path=True),
         "report_url_base": _Key(_url_base),
         "state_db": _Key(_path, is_path=True),
         "heartbeat_file": _Key(_path, is_path=True),
-        "cooldown": _Key(_duration(minimum=0.0)),
+        "metrics_file": _Key(_optional_path, is_path=True),
+        "cooldown": _Key(_duration(minimum=0.0), duration=True),
         "notify_recovered": _Key(_boolean),
         "cluster_name": _Key(_optional_string),
         "partitions": _Key(_string_list),
@@ -334,17 +366,17 @@ _SCHEMA: dict[str, dict[str, _Key]] = {
         "exclude_users": _Key(_string_list),
         "exclude_jobs": _Key(_string_list),
         "confirm_samples": _Key(_integer(2, 20)),
-        "confirm_interval": _Key(_duration(minimum=0.1, maximum=60.0)),
-        "attach_timeout": _Key(_duration(minimum=1.0, maximum=3600.0)),
+        "confirm_interval": _Key(_duration(minimum=0.1, maximum=60.0), duration=True),
+        "attach_timeout": _Key(_duration(minimum=1.0, maximum=3600.0), duration=True),
         "max_jobs_per_run": _Key(_integer(1)),
     },
     "notify": {
         "kind": _Key(_notify_kind),
         "webhook_url": _Key(_webhook_url),
         "webhook_url_env": _Key(_env_name),
-        "timeout": _Key(_duration(minimum=0.1, maximum=300.0)),
+        "timeout": _Key(_duration(minimum=0.1, maximum=300.0), duration=True),
         "retries": _Key(_integer(0, 10)),
-        "max_time": _Key(_duration(minimum=1.0, maximum=3600.0)),
+        "max_time": _Key(_duration(minimum=1.0, maximum=3600.0), duration=True),
     },
 }
 
@@ -428,6 +460,8 @@ def _collect(
         except _Bad as exc:
             problems.append(ConfigProblem(location, f"{exc}{origin}"))
             return
+        if spec.duration and bare_number(raw):
+            problems.append(ConfigProblem(location, f"{bare_number_note(raw)}{origin}", "warning"))
         if spec.is_path and isinstance(parsed, Path) and not parsed.is_absolute():
             parsed = (relative_to or Path.cwd()) / parsed
         values[section][key] = parsed
@@ -575,4 +609,5 @@ def load_settings(
         where = f" in {resolved}" if resolved else ""
         lines = "\n  ".join(str(p) for p in errors)
         raise ConfigError(f"invalid configuration{where}:\n  {lines}")
-    return settings
+    warnings = tuple(str(p) for p in problems if p.severity == "warning")
+    return dataclasses.replace(settings, warnings=warnings) if warnings else settings

@@ -8,7 +8,8 @@
     ├── TransportFailed            exit 6   the fan-out could not start on any node
     ├── ConfigError                exit 7   config file or setting invalid
     ├── MissingExtra               exit 8   an optional dependency is not installed
-    └── ParseError                 exit 9   input text or snapshot could not be understood
+    ├── ParseError                 exit 9   input text or snapshot could not be understood
+    └── NotPermitted               exit 11  the job is another user's: Slurm and the kernel refuse
 
 A node that fails is *not* an exception: it is a status in the snapshot. These exceptions are for
 the cases where no useful result can be produced at all. Exit code 1 is reserved for "the command
@@ -73,3 +74,8 @@ class MissingExtra(SlurmdiagError):
 class ParseError(SlurmdiagError):
     exit_code = 9
     default_hint = "please report this with the input attached"
+
+
+class NotPermitted(SlurmdiagError):
+    exit_code = 11
+    default_hint = "run slurmdiag as the job's owner, or as root"

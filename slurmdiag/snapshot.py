@@ -257,6 +257,73 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class ProbeNode:
+    """One node of a probe: the interface its tests used, or why it took no part."""
+
+    name: str
+    status: str  # ok | timeout | error | unreachable (NODE_STATUSES)
+    message: str | None = None
+    interface: str | None = None
+    address: str | None = None
+    mtu: int | None = None
+    operstate: str | None = None
+    chosen_by: str | None = None  # e.g. "the job's NCCL_SOCKET_IFNAME=eth1", "the default route"
+    notes: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeLink:
+    """One directed test: ``source`` connected to ``target`` and sent, then received, data."""
+
+    source: str
+    target: str
+    connect: bool
+    connect_ms: float | None = None
+    error: str | None = None
+    up_mbps: float | None = None  # megabytes per second, source -> target
+    down_mbps: float | None = None  # target -> source
+    mtu_size: int | None = None  # the don't-fragment probe's packet size (the source's MTU)
+    mtu_ok: bool | None = None
+    mtu_error: str | None = None
+    small_ok: bool | None = None  # a 64-byte datagram, tried when the MTU probe was lost
+    round: int | None = None
+
+
+@dataclass(frozen=True)
+class ProbeGroup:
+    """One gloo all_reduce of the collective check: a group of nodes at a bisection level."""
+
+    level: int
+    members: tuple[str, ...]
+    ok: bool
+    errors: tuple[str, ...] = ()
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeCollective:
+    status: str  # ok | failed | skipped
+    message: str | None = None
+    groups: tuple[ProbeGroup, ...] = ()
+    smallest_failing: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Probe:
+    """``slurmdiag probe``: the network between the nodes, tested from the nodes themselves."""
+
+    mode: str  # job (into a running job's allocation) | nodes (a fresh allocation)
+    nodes: tuple[ProbeNode, ...] = ()
+    links: tuple[ProbeLink, ...] = ()
+    rounds: int = 0
+    duration_s: float | None = None
+    collective: ProbeCollective | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Snapshot:
     job: Job
     nodes: tuple[Node, ...] = ()
@@ -270,9 +337,15 @@ class Snapshot:
     flight_recorder: dict[str, Any] | None = None
     verdicts: tuple[Verdict, ...] = ()
     report: str | None = None
+    probe: Probe | None = None  # slurmdiag probe's results (absent in attach snapshots)
+    # `slurmdiag postmortem` only: Slurm's record, logs read, cores, notes (docs/snapshot.md)
+    postmortem: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return to_jsonable(self)
+        data = to_jsonable(self)
+        if data.get("probe") is None:  # optional: attach snapshots stay as they were
+            data.pop("probe", None)
+        return data
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)

@@ -1298,6 +1298,12 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     others.extend(flight_verdicts(snapshot.flight_recorder))
     others.extend(nic_findings(snapshot))
     others.extend(gpu_findings(snapshot, hung=hung))
+    if snapshot.probe is not None:
+        from slurmdiag.probe.analysis import probe_verdicts
+
+        others.extend(probe_verdicts(snapshot.probe))
+        if not snapshot.nodes:
+            hang = []  # a probe alone collected no stacks: no hang verdict either way
     if others:
         pointers = [f"see {v.kind}: {v.summary}" for v in others if v.severity != "info"][:4]
         if pointers:

@@ -7,8 +7,11 @@ so the normal path imports only C modules: not json, subprocess, threading or si
 in re, enum, locale or more, ~5-10 ms per node). One thread runs everything (see "running tools").
 
 Phases: find the job's processes (below the job's slurmstepd in /proc, else scontrol listpids,
-else /proc environ) -> rank identity from environ -> K rounds of ``py-spy dump --json`` (ranks in parallel) -> ``strace -c`` (after py-spy:
-the two conflict) -> GPUs, NICs, sockets. Nothing blocks past ``deadline_s``: phases shrink or are
+else /proc environ) -> rank identity from environ -> K rounds of ``py-spy dump --json`` (ranks in
+parallel; the TCP sockets read from netlink during the first round) with ``strace -c`` tracing
+the ranks from the end of the first round on (the later rounds read with --nonblocking: a
+blocking py-spy and strace cannot trace one process at once) -> GPUs and NICs (gathered on the
+side from the start). Nothing blocks past ``deadline_s``: phases shrink or are
 skipped and say so in "errors", and a SIGALRM just before the deadline emits whatever exists.
 
 stdout carries only frames (see frame_lines): ``@SDG1-HELLO <node> <pid>``, then the document as
@@ -40,7 +43,9 @@ SOURCE_ENV = b"SLURMDIAG_COLLECTOR_SOURCE"
 # The sibling walk (sibling_stepd_descendants) compares its cost with a /proc walk's past this.
 CHILDREN_READS_BEFORE_BUDGET = 256
 # Their handlers emit the document and exit (see main).
-HANDLED_SIGNALS = (_signal.SIGALRM, _signal.SIGTERM, _signal.SIGHUP)
+# SIGUSR1: what an interrupted controller sends through srun, which forwards it to the tasks
+# (SIGTERM or SIGHUP would make srun kill the step before the collectors could answer).
+HANDLED_SIGNALS = (_signal.SIGALRM, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR1)
 
 SKIP_COMMS = frozenset(
     [
@@ -65,8 +70,19 @@ SKIP_COMMS = frozenset(
         "ip",
     ]
 )
+# Secrets never leave a node. The environment: only ALLOW_ENV_NAMES, and names under
+# ALLOW_ENV_PREFIXES that contain none of DENY_ENV_WORDS (compared case-insensitively, so
+# NCCL_IB_Token is dropped too). Everything else stays: PWD (the working directory), HOME, PATH...
+# Values that do leave, and every command-line argument, go through mask_secrets below.
 ALLOW_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_")
-DENY_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASS", "CRED", "AUTH")
+DENY_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASS", "PWD", "CRED", "AUTH", "COOKIE", "SESSION",
+                  "PRIVATE", "SIGNATURE")
+# Command-line options (and NAME=value arguments) whose value is masked: any word of the name,
+# split at -, _, . and camelCase, in SECRET_WORDS (--wandb-api-key, --hf_token, hfToken, --db-pass).
+SECRET_WORDS = frozenset(["token", "password", "passwd", "pass", "pwd", "passphrase", "secret",
+                          "key", "apikey", "credential", "credentials", "cred", "creds", "auth",
+                          "cookie", "session", "private", "signature"])
+MASK = "***"
 ALLOW_ENV_NAMES = frozenset(
     [
         "CUDA_VISIBLE_DEVICES",
@@ -405,8 +421,9 @@ def tool_run(argv, timeout, merge_stderr=False):
     return tool.result()
 
 
-def run_tasks(gens, concurrency):
-    """Run the task generators, at most ``concurrency`` at once; their results, in order."""
+def run_tasks(gens, concurrency, meanwhile=None):
+    """Run the task generators, at most ``concurrency`` at once; their results, in order.
+    ``meanwhile()`` (collector work of its own) runs once, after the first tasks have started."""
     waiting = list(gens)
     waiting.reverse()
     tasks, running = [], []
@@ -414,6 +431,9 @@ def run_tasks(gens, concurrency):
         while waiting and len(running) < concurrency:
             tasks.append(Task(waiting.pop()))
             running.append(tasks[-1])
+        if meanwhile is not None:
+            meanwhile()
+            meanwhile = None
         pump_until(lambda tasks=running: any(task.done for task in tasks))
         running = [task for task in running if not task.done]
     return [task.result for task in tasks]
@@ -542,6 +562,88 @@ def parse_environ(data):
     return env
 
 
+def _name_words(name):
+    """'--wandb-api-key' -> ['wandb', 'api', 'key']; 'hfToken' -> ['hf', 'token']."""
+    words, word, lower_before = [], "", False
+    for ch in name:
+        if not ch.isalnum():
+            if word:
+                words.append(word)
+            word, lower_before = "", False
+            continue
+        if ch.isupper() and lower_before and word:
+            words.append(word)
+            word = ""
+        word += ch.lower()
+        lower_before = ch.islower() or ch.isdigit()
+    if word:
+        words.append(word)
+    return words
+
+
+def secret_name(name):
+    """True for an option or variable name that says its value is a secret."""
+    return any(word in SECRET_WORDS for word in _name_words(name))
+
+
+def mask_url_credentials(text):
+    """``scheme://user:pw@host`` -> ``scheme://user:***@host``, anywhere in ``text``."""
+    if "://" not in text or "@" not in text:
+        return text
+    out, pos = [], 0
+    while True:
+        found = text.find("://", pos)
+        if found < 0:
+            break
+        start = end = found + 3
+        while end < len(text) and text[end] not in "/?# \t\n\"'<>":
+            end += 1
+        authority = text[start:end]
+        at = authority.rfind("@")
+        user, colon, _ = authority[:max(at, 0)].partition(":")
+        if at > 0 and colon:
+            out.append(text[pos:start] + user + ":" + MASK)
+            pos = start + at
+        else:
+            out.append(text[pos:start])
+            pos = start
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _is_setting(name, value):
+    """``NAME=value`` as env(1) or hydra take it; not a piece of code (``-c "key='a'; ..."``)."""
+    return (bool(name) and name.replace("_", "a").replace(".", "a").replace("-", "a").isalnum()
+            and not any(ch.isspace() or ch in ";()'\"" for ch in value))
+
+
+def mask_secrets(args):
+    """A command line with the values of secret-looking options and URL credentials masked.
+
+    ``--token=V`` and ``--token V`` (the next argument, unless it is an option), ``NAME=V``
+    arguments (``env HF_TOKEN=V cmd``, hydra's ``wandb.api_key=V``), ``https://u:V@host``.
+    Short options (``-p``: a port as often as a password) are left alone.
+    """
+    out, hide_next = [], False
+    for arg in args:
+        if hide_next and not arg.startswith("-"):
+            out.append(MASK)
+            hide_next = False
+            continue
+        hide_next = False
+        name, sep, value = arg.partition("=")
+        if arg.startswith("--") and secret_name(name):
+            if not sep:
+                hide_next = True
+            elif value:
+                arg = name + "=" + MASK
+        elif sep and value and not arg.startswith("-") and _is_setting(name, value) \
+                and secret_name(name):
+            arg = name + "=" + MASK
+        out.append(mask_url_credentials(arg))
+    return out
+
+
 def read_cmdline(pid):
     data = _read(f"/proc/{pid}/cmdline", binary=True, one_show=True)
     if data is None:
@@ -555,7 +657,7 @@ def read_cmdline(pid):
         if len(text) > MAX_ARG_CHARS:
             text = text[:MAX_ARG_CHARS] + f"...[{len(text) - MAX_ARG_CHARS} chars cut]"
         out.append(text)
-    return out
+    return mask_secrets(out)
 
 
 def allowed_env(env):
@@ -563,9 +665,10 @@ def allowed_env(env):
     out = {}
     for name in sorted(env):
         if name in ALLOW_ENV_NAMES or (
-            name.startswith(ALLOW_ENV_PREFIXES) and not any(w in name for w in DENY_ENV_WORDS)
+            name.startswith(ALLOW_ENV_PREFIXES)
+            and not any(w in name.upper() for w in DENY_ENV_WORDS)
         ):
-            out[name] = env[name]
+            out[name] = mask_url_credentials(env[name])
     return out
 
 
@@ -1225,8 +1328,9 @@ def read_usage(pid, stat):
     return {"cpu_s": round(stat["ticks"] / tick, 2), "threads": threads, "io": io}
 
 
-def dump_stack(pyspy, pid, native, clock):
-    """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly)."""
+def dump_stack(pyspy, pid, native, clock, traced=False):
+    """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly).
+    ``traced``: strace is attached to it, so py-spy cannot suspend it: read with --nonblocking."""
     t = round(time.time() - clock.started, 3)
     stat = read_stat(pid)
     if stat is None:
@@ -1242,9 +1346,10 @@ def dump_stack(pyspy, pid, native, clock):
     # A stopped process (T/t) makes the blocking dump fail ("Failed to suspend process"), and one
     # in D cannot be suspended until its syscall returns; neither runs Python code meanwhile, so
     # reading without suspending is exact. --native needs the suspend.
-    if state in ("T", "t", "D"):
+    if state in ("T", "t", "D") or traced:
         argv.append("--nonblocking")
-        note = f"read with --nonblocking: process in state {state}"
+        why = "strace attached" if traced else f"process in state {state}"
+        note = f"read with --nonblocking: {why}"
         if native:
             note += "; native frames skipped (they need the suspend)"
     elif native:
@@ -1477,26 +1582,44 @@ def _netlink_dump(request, reply, handle):
     body = bytes(16 if request == RTM_GETLINK else 8)
     sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, 0)  # NETLINK_ROUTE
     try:
-        # nlmsghdr: length, type, flags NLM_F_REQUEST | NLM_F_DUMP, sequence, port id
-        header = _u(16 + len(body), 4) + _u(request, 2) + _u(0x301, 2) + _u(1, 4) + _u(0, 4)
-        sock.send(header + body)
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                raise OSError("netlink dump ended early")
-            offset = 0
-            while offset + 16 <= len(data):
-                length = _int(data[offset : offset + 4])
-                kind = _int(data[offset + 4 : offset + 6])
-                if kind == NLMSG_DONE:
-                    return
-                if kind == NLMSG_ERROR or length < 16:
-                    raise OSError("netlink error in a dump")
-                if kind == reply:
-                    handle(data[offset + 16 : offset + length])
-                offset += (length + 3) & ~3
+        sock.send(_dump_request(request, body))
+        for kind, data, offset, length in _netlink_messages(sock, "netlink"):
+            if kind == reply:
+                handle(data[offset + 16 : offset + length])
     finally:
         sock.close()
+
+
+def _netlink_messages(sock, what):
+    """(type, buffer, offset, length) of each message of the dump answering on ``sock``, until
+    NLMSG_DONE; OSError for an error message (its errno when it has one)."""
+    import _struct
+
+    head = _struct.Struct("=IH").unpack_from  # nlmsghdr's length and type, read in place
+    while True:
+        data = sock.recv(1 << 17)
+        if not data:
+            raise OSError(f"{what} dump ended early")
+        offset, size = 0, len(data)
+        while offset + 16 <= size:
+            length, kind = head(data, offset)
+            if kind == NLMSG_DONE or kind == NLMSG_ERROR:
+                code = int.from_bytes(data[offset + 16 : offset + 20], sys.byteorder, signed=True)
+                if code < 0:
+                    raise OSError(-code, f"{what}: {os.strerror(-code)}")
+                if kind == NLMSG_ERROR:
+                    raise OSError(f"{what}: error in a dump")
+                return
+            if length < 16:
+                raise OSError(f"{what}: malformed message")
+            yield kind, data, offset, length
+            offset += (length + 3) & ~3
+
+
+def _dump_request(kind, body):
+    """A netlink dump request: nlmsghdr (length, type, flags NLM_F_REQUEST | NLM_F_DUMP,
+    sequence, port id), then ``body``."""
+    return _u(16 + len(body), 4) + _u(kind, 2) + _u(0x301, 2) + _u(1, 4) + _u(0, 4) + body
 
 
 def _attributes(msg, offset):
@@ -1683,40 +1806,134 @@ def _endpoint(ip, port):
     return ("[%s]:%d" if ":" in ip else "%s:%d") % (ip, port)
 
 
-def connections(pid, tables, addr_to_if):
-    """TCP sockets held by ``pid`` with the interface each one's local address belongs to."""
-    inodes = set()
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, IPPROTO_TCP = 4, 20, 6
+# TCP states whose sockets can be a process's open file: all but TIME_WAIT (6) and NEW_SYN_RECV
+# (12), which the kernel keeps without an inode and which are the bulk of a busy host's table.
+TCP_STATES_WITH_INODE = sum(1 << state for state in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11))
+# inet_diag_msg: family, state, timer, retrans, inet_diag_sockid (sport, dport big-endian; src,
+# dst 16 bytes each; interface; cookie), expires, rqueue, wqueue, uid, inode
+DIAG_MSG_LEN = 72
+
+
+def socket_inodes(pid):
+    """{inode} (ints) of the sockets ``pid`` holds open; None if its fds cannot be read."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return None
+    inodes = set()
     for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    if not inodes:
-        return []  # a busy host's TCP table can hold thousands of lines: read it only if needed
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _netns(pid):
     try:
-        netns = os.readlink(f"/proc/{pid}/ns/net")
+        return os.readlink(f"/proc/{pid}/ns/net")
     except OSError:
-        netns = None
-    raw = tables.get(netns) if netns else None
-    if raw is None:
-        raw = [_read(f"/proc/{pid}/net/{name}") or "" for name in ("tcp", "tcp6")]
-        if netns:
-            tables[netns] = raw
-    table = {}
-    for text in raw:
-        table.update(parse_proc_net_tcp(text, inodes))
+        return None
+
+
+def sock_diag_tcp(family, wanted):
+    """{inode: (local_ip, local_port, remote_ip, remote_port, state, tx_queue, rx_queue)} of the
+    TCP sockets of ``family`` (AF_INET or AF_INET6) in our own network namespace whose inode is
+    in ``wanted``, from one NETLINK_SOCK_DIAG dump (what ``ss`` reads), filtered by state in the
+    kernel and by inode here: no text table is written or parsed. OSError if the kernel refuses.
+
+    The queues mean what /proc/net/tcp's do: for a listening socket rx is the accept queue.
+    """
+    import _socket
+    import _struct
+
+    word = _struct.Struct("=I")
+    found = {}
+    sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+    try:
+        # inet_diag_req_v2: family, protocol, no extensions, pad, states, a zero (any) sockid
+        body = bytes([family, IPPROTO_TCP, 0, 0]) + _u(TCP_STATES_WITH_INODE, 4) + bytes(48)
+        sock.send(_dump_request(SOCK_DIAG_BY_FAMILY, body))
+        for kind, data, offset, length in _netlink_messages(sock, "sock_diag"):
+            if (kind == SOCK_DIAG_BY_FAMILY and length >= 16 + DIAG_MSG_LEN
+                    and word.unpack_from(data, offset + 84)[0] in wanted):
+                msg = data[offset + 16 : offset + 16 + DIAG_MSG_LEN]
+                found[_int(msg[68:72])] = _diag_socket(msg, family == _socket.AF_INET)
+        return found
+    finally:
+        sock.close()
+
+
+def _diag_socket(msg, ipv4):
+    size = 4 if ipv4 else 16
+    local, remote = msg[8 : 8 + size], msg[24 : 24 + size]
+    return (
+        ".".join(str(b) for b in local) if ipv4 else _ipv6_text(local),
+        int.from_bytes(msg[4:6], "big"),
+        ".".join(str(b) for b in remote) if ipv4 else _ipv6_text(remote),
+        int.from_bytes(msg[6:8], "big"),
+        TCP_STATES.get(f"{msg[1]:02X}", str(msg[1])),
+        # wqueue is the unsent bytes, but a listener's backlog limit: /proc/net/tcp shows 0
+        0 if msg[1] == 10 else _int(msg[60:64]),
+        _int(msg[56:60]),  # rqueue: unread bytes, a listener's accept queue
+    )
+
+
+def _proc_net_tcp(pid, wanted):
+    """sock_diag_tcp's table from ``pid``'s /proc/PID/net/tcp{,6} text (its namespace's)."""
+    names = {str(inode) for inode in wanted}
+    found = {}
+    for name in ("tcp", "tcp6"):
+        text = _read(f"/proc/{pid}/net/{name}") or ""
+        found.update((int(inode), entry) for inode, entry in parse_proc_net_tcp(text, names).items())
+    return found
+
+
+def tcp_sockets(pids):
+    """({pid: [socket tuple, ...] or None when its fds cannot be read}, how they were read).
+
+    Each process's socket inodes come from /proc/PID/fd. The sockets themselves: in our own
+    network namespace one sock_diag dump per address family for all the processes at once; a
+    process in another namespace (or anywhere, when netlink is refused) from its
+    /proc/PID/net/tcp{,6}, read once per namespace. ``how`` is "netlink", "proc" or both, with
+    netlink's error when it was refused.
+    """
+    import _socket
+
+    inodes = {pid: socket_inodes(pid) for pid in pids}
+    namespaces = {}  # netns -> (a pid in it, wanted inodes)
+    for pid, found in inodes.items():
+        if found:
+            namespaces.setdefault(_netns(pid), (pid, set()))[1].update(found)
+    own, table, how, refused = _netns("self"), {}, [], None
+    for netns, (pid, wanted) in namespaces.items():
+        got = None
+        if netns is not None and netns == own and refused is None:
+            try:
+                got = sock_diag_tcp(_socket.AF_INET, wanted)
+                got.update(sock_diag_tcp(_socket.AF_INET6, wanted))
+                how.append("netlink")
+            except OSError as exc:
+                refused, got = f"netlink refused ({exc})", None
+                how.append(refused)
+        if got is None:
+            got = _proc_net_tcp(pid, wanted)
+            how.append("proc")
+        table.update(got)  # socket inodes are unique on the host, across namespaces
+    out = {}
+    for pid, found in inodes.items():
+        out[pid] = None if found is None else [table[inode] for inode in found if inode in table]
+    return out, ", ".join(dict.fromkeys(how)) or None
+
+
+def connection_list(sockets, addr_to_if):
+    """Documented connections from tcp_sockets' tuples, with the interface each one's local
+    address belongs to; established ones first, at most MAX_CONNECTIONS."""
     out = []
-    for inode in inodes:
-        entry = table.get(inode)
-        if entry is None:
-            continue  # not TCP (unix, udp, netlink)
-        lip, lport, rip, rport, state, txq, rxq = entry
+    for lip, lport, rip, rport, state, txq, rxq in sockets:
         if lip.startswith("127.") or lip == "::1":
             interface = "lo"
         else:
@@ -1731,10 +1948,8 @@ def connections(pid, tables, addr_to_if):
                 "rx_queue": rxq,
             }
         )
-        if len(out) >= MAX_CONNECTIONS:
-            break
     out.sort(key=lambda c: (c["state"] != "ESTABLISHED", c["local"], c["remote"]))
-    return out
+    return out[:MAX_CONNECTIONS]
 
 
 # ---------------------------------------------------------------- framing
@@ -1827,36 +2042,123 @@ def _proc_uid(pid):
     return None
 
 
+S_IFMT, S_IFREG, S_IFDIR, S_IFLNK = 0o170000, 0o100000, 0o040000, 0o120000
+
+
+def _lstat_type(path):
+    """The S_IFMT bits of ``path`` itself (a symlink is a symlink), None if it is not there."""
+    try:
+        return os.lstat(path).st_mode & S_IFMT
+    except (OSError, ValueError):
+        return None
+
+
+def private_dir_problem(path, uid):
+    """None when ``path`` is a real directory owned by ``uid`` with mode 0700, else why not.
+
+    Shared places (/tmp) are hostile: a neighbour may plant a directory or a symlink there.
+    """
+    try:
+        st = os.lstat(path)
+    except (OSError, ValueError) as exc:
+        return f"cannot stat {path}: {getattr(exc, 'strerror', None) or exc}"
+    kind = st.st_mode & S_IFMT
+    if kind != S_IFDIR:
+        return f"{path} is not a directory" + (" (a symlink)" if kind == S_IFLNK else "")
+    if st.st_uid != uid:
+        return f"{path} is owned by uid {st.st_uid}, not by the rank's user (uid {uid})"
+    if st.st_mode & 0o7777 != 0o700:
+        return f"{path} has mode {st.st_mode & 0o7777:04o}, not 0700"
+    return None
+
+
+def read_owned(path, uid, limit):
+    """(at most ``limit`` bytes, None) of a regular file owned by ``uid``, else (None, why not).
+
+    Opened with O_NOFOLLOW|O_NONBLOCK (a symlink or a FIFO a job planted is never followed nor
+    waited on) and checked with fstat on the open file, so nothing can be swapped in between.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        if _lstat_type(path) == S_IFLNK:
+            return None, f"{path} is a symlink: not followed, ignored"
+        return None, f"cannot open {path}: {getattr(exc, 'strerror', None) or exc}"
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & S_IFMT != S_IFREG:
+            return None, f"{path} is not a regular file: ignored"
+        if st.st_uid != uid:
+            return None, (f"{path} is owned by uid {st.st_uid}, not by the rank's user "
+                          f"(uid {uid}): ignored")
+        chunks = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks), None
+    except OSError as exc:
+        return None, f"cannot read {path}: {exc.strerror}"
+    finally:
+        os.close(fd)
+
+
 def fr_request(pid, env):
-    """Ask a process hooked by slurmdiag.torch for a Flight Recorder dump (a trigger file)."""
+    """Ask a process hooked by slurmdiag.torch for a Flight Recorder dump (a trigger file).
+
+    Only in the rank's user's private directory (see private_dir_problem); the trigger is a new
+    file (O_CREAT|O_EXCL|O_NOFOLLOW), so nothing is ever truncated through a planted symlink.
+    """
     uid = _proc_uid(pid)
     base = env.get("SLURMDIAG_FR_DIR") or f"/tmp/slurmdiag-fr-{uid}"
     registration = f"{base}/{pid}.json"
     dump = f"{base}/{pid}.fr.json"
-    if _file_type(registration) is None:
+    if uid is None or _lstat_type(registration) is None:
         return None
+    problem = private_dir_problem(base, uid)
+    if problem is None and _lstat_type(registration) != S_IFREG:
+        problem = f"{registration} is not a regular file"
+    if problem is not None:
+        return {"dump": dump, "uid": uid, "error": f"not asking for a dump: {problem}"}
     try:
         os.unlink(dump)  # an old dump must not pass for the one we ask for now
     except OSError:
         pass
     trigger = f"{base}/{pid}.trigger"
     try:
-        with open(trigger, "w"):
-            pass
+        os.close(os.open(trigger, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        if _lstat_type(trigger) != S_IFREG:  # a pending trigger of an earlier attach is fine
+            return {"dump": dump, "uid": uid, "error": f"{trigger} is not a regular file"}
     except OSError as exc:
-        return {"dump": dump, "error": f"cannot create trigger {trigger}: {exc}"}
-    return {"dump": dump, "error": None}
+        return {"dump": dump, "uid": uid, "error": f"cannot create trigger {trigger}: {exc}"}
+    return {"dump": dump, "uid": uid, "error": None}
 
 
-def _torch_dump_file(env, rank):
-    """A dump PyTorch wrote itself (NCCL watchdog timeout) under TORCH_FR_DUMP_TEMP_FILE."""
-    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
-        prefix = env.get(name)
-        if prefix and rank is not None and _isfile(f"{prefix}{rank}"):
-            return f"{prefix}{rank}"
-    if rank is not None and _isfile(f"/tmp/nccl_trace_rank_{rank}"):
-        return f"/tmp/nccl_trace_rank_{rank}"
-    return None
+def _torch_dump_file(env, rank, uid):
+    """A dump PyTorch wrote itself (NCCL watchdog timeout) under TORCH_FR_DUMP_TEMP_FILE.
+
+    (path, bytes) of the first candidate that is a regular file of the rank's user (shared /tmp:
+    /tmp/nccl_trace_rank_N may be anyone's), else (None, the reasons candidates were ignored).
+    """
+    if rank is None or uid is None:
+        return None, []
+    candidates = [f"{env[name]}{rank}" for name in ("TORCH_FR_DUMP_TEMP_FILE",
+                                                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+                  if env.get(name)]
+    notes = []
+    for path in candidates + [f"/tmp/nccl_trace_rank_{rank}"]:
+        if _lstat_type(path) is None:
+            continue
+        data, why = read_owned(path, uid, FR_DUMP_MAX_BYTES)
+        if why is None:
+            return path, data
+        notes.append(why)
+    return None, notes
 
 
 def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
@@ -1866,7 +2168,7 @@ def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
     until = min(time.monotonic() + wait_s, clock.deadline - FINISH_RESERVE_S - 0.3)
     pending = {pid: req for pid, req in requests.items() if req and not req["error"]}
     while pending and time.monotonic() < until:
-        for pid in [p for p, req in pending.items() if _file_type(req["dump"]) is not None]:
+        for pid in [p for p, req in pending.items() if _lstat_type(req["dump"]) is not None]:
             del pending[pid]
         if pending:
             pump_until(lambda: False, time.monotonic() + 0.1)  # nvidia-smi's output meanwhile
@@ -1876,18 +2178,22 @@ def fr_collect(requests, entries_by_pid, envs, clock, wait_s):
         if req is not None and req["error"]:
             result = {"status": "error", "message": req["error"]}
         elif req is not None and pid not in pending:
-            data = _read(req["dump"], binary=True) or b""
-            result = {"status": "ok", "format": "json", "source": req["dump"],
-                      "text": data[:FR_DUMP_MAX_BYTES].decode("utf-8", "replace")}
+            data, why = read_owned(req["dump"], req["uid"], FR_DUMP_MAX_BYTES)
+            if why is None:
+                result = {"status": "ok", "format": "json", "source": req["dump"],
+                          "text": data.decode("utf-8", "replace")}
+            else:
+                result = {"status": "refused", "message": why}
         elif req is not None:
             result = {"status": "timeout",
                       "message": "hooked process did not write its dump in time"}
         else:
-            path = _torch_dump_file(envs[pid], entry["rank"])
+            path, found = _torch_dump_file(envs[pid], entry["rank"], _proc_uid(pid))
             if path:
-                data = _read(path, binary=True) or b""
                 result = {"status": "ok", "format": "pickle", "source": path,
-                          "base64": binascii.b2a_base64(data[:FR_DUMP_MAX_BYTES], newline=False).decode()}
+                          "base64": binascii.b2a_base64(found, newline=False).decode()}
+            elif found:
+                result = {"status": "refused", "message": "; ".join(found)}
             else:
                 result = {"status": "not_hooked",
                           "message": "no slurmdiag.torch hook and no PyTorch dump file"}
@@ -1913,6 +2219,47 @@ def side_work(nvidia_smi, clock, found):
         found["nics"] = yield from collect_nics(clock)
     except Exception as exc:  # noqa: BLE001 - nor NICs
         found["nics"] = {"interfaces": [], "ib_ports": [], "message": f"collector bug: {exc!r}"}
+
+
+def start_strace(ranks, strace, strace_s, clock, errors):
+    """Start ``strace -c`` on every rank for ``strace_s`` s (shortened to fit the deadline) as
+    background tasks; (ranks, tasks or None, message) for finish_strace."""
+    window = strace_s
+    left = clock.left() - 0.6  # attach, SIGINT, table
+    message = None
+    if not strace:
+        window, message = 0.0, "strace not found"
+    elif left < min(0.5, strace_s):
+        window, message = 0.0, "skipped: deadline too close"
+    elif left < strace_s:
+        window = round(left, 2)
+        message = f"window shortened from {strace_s:.1f} s to {window:.1f} s: deadline"
+    if message:
+        errors.append("strace " + message)
+    if window <= 0:
+        return list(ranks), None, message
+    return list(ranks), [Task(trace_syscalls(strace, e["pid"], window, clock)) for e in ranks], message
+
+
+def finish_strace(ranks, tasks, message):
+    """Wait for start_strace's tasks; each rank's ``strace`` result."""
+    if tasks is None:
+        for entry in ranks:
+            entry["strace"] = {"status": "skipped", "message": message, "window_s": 0.0, "text": ""}
+        return
+    pump_until(lambda: all(task.done for task in tasks))
+    for entry, task in zip(ranks, tasks):
+        result = task.result
+        if isinstance(result, Exception) or result is None:
+            result = {
+                "status": "error",
+                "message": f"collector bug: {result!r}",
+                "window_s": 0.0,
+                "text": "",
+            }
+        if message and result["status"] == "ok":
+            result["message"] = message
+        entry["strace"] = result
 
 
 def collect(args, clock, doc, status):
@@ -2036,9 +2383,27 @@ def collect(args, clock, doc, status):
         for entry in ranks:
             fr_requests[entry["pid"]] = fr_request(entry["pid"], rank_envs[entry["pid"]])
 
-    # Stack samples: K rounds `interval` apart; workers only in the first round.
+    # Stack samples: K rounds `interval` apart; workers only in the first round. The ranks'
+    # TCP sockets are read while the first round's dumps run. strace and a blocking py-spy
+    # cannot trace one process at once: strace traces the ranks from the end of the first round
+    # on, and the later rounds read them with --nonblocking meanwhile (bench/README.md measures
+    # the choices: "strace_overlap" "first" (default), "start" (strace from the start, every
+    # round nonblocking), "off" (strace after sampling)); with --native every round needs the
+    # suspend, so strace comes after them.
     _enter_phase(status, "py-spy sampling")
     pyspy = tools["py-spy"]
+    sockets = {}
+
+    def read_sockets():
+        # Of every process: mp.spawn's children become ranks only after the first round.
+        try:
+            sockets["by_pid"], doc["sockets_read_with"] = tcp_sockets([e["pid"] for e in entries])
+        except Exception as exc:  # noqa: BLE001 - sockets must not cost the stacks
+            sockets["by_pid"] = {}
+            errors.append(f"sockets not read: collector bug: {exc!r}")
+
+    overlap = args.get("strace_overlap", "first") if strace_s > 0 and not native else "off"
+    tracing = None  # (ranks traced, their strace tasks, the window's message) once started
     if not pyspy and samples and ranks:
         errors.append("py-spy not found: no stacks (install py-spy or pass its path)")
     elif ranks or workers:
@@ -2053,11 +2418,18 @@ def collect(args, clock, doc, status):
                     f"deadline_s {clock.deadline - clock.t0:.1f}"
                 )
                 break
-            pump_until(lambda: False, due)  # the side task's tools run meanwhile
+            pump_until(lambda: False, due)  # the side task's and strace's tools run meanwhile
+            if k == 0 and overlap == "start" and ranks:
+                tracing = start_strace(ranks, tools["strace"], strace_s, clock, errors)
             targets = ranks + (workers if k == 0 else [])
+            traced = set()
+            if tracing and tracing[1]:
+                traced = {e["pid"] for e, t in zip(tracing[0], tracing[1]) if not t.done}
             began = time.monotonic()
             results = run_tasks(
-                (dump_stack(pyspy, e["pid"], native, clock) for e in targets), concurrency
+                (dump_stack(pyspy, e["pid"], native, clock, e["pid"] in traced) for e in targets),
+                concurrency,
+                read_sockets if k == 0 else None,
             )
             round_cost = max(round_cost * 0.5, time.monotonic() - began)
             for entry, result in zip(targets, results):
@@ -2079,8 +2451,14 @@ def collect(args, clock, doc, status):
                     for entry in ranks:
                         if entry["pid"] not in fr_requests:
                             fr_requests[entry["pid"]] = fr_request(entry["pid"], rank_envs[entry["pid"]])
+            if k == 0 and overlap == "first" and ranks and tracing is None:
+                tracing = start_strace(ranks, tools["strace"], strace_s, clock, errors)
         if done and ranks and all(s["threads"] is None for e in ranks for s in e["samples"]):
             errors.append("py-spy produced no stack for any rank")
+    if "by_pid" not in sockets:
+        read_sockets()
+    if tracing is None and strace_s > 0 and ranks:
+        tracing = start_strace(ranks, tools["strace"], strace_s, clock, errors)
 
     # Process state and CPU over the sampling window.
     _enter_phase(status, "process state")
@@ -2100,46 +2478,9 @@ def collect(args, clock, doc, status):
         wchan = _read("/proc/{}/wchan".format(entry["pid"]), one_show=True)
         entry["wchan"] = wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
 
-    # strace after py-spy: both use ptrace.
     _enter_phase(status, "strace")
-    if strace_s > 0 and ranks:
-        window = strace_s
-        left = clock.left() - 0.6  # attach, SIGINT, table
-        message = None
-        if not tools["strace"]:
-            window, message = 0.0, "strace not found"
-        elif left < min(0.5, strace_s):
-            window, message = 0.0, "skipped: deadline too close"
-        elif left < strace_s:
-            window = round(left, 2)
-            message = f"window shortened from {strace_s:.1f} s to {window:.1f} s: deadline"
-        if window <= 0:
-            for entry in ranks:
-                entry["strace"] = {
-                    "status": "skipped",
-                    "message": message,
-                    "window_s": 0.0,
-                    "text": "",
-                }
-            errors.append("strace " + message)
-        else:
-            if message:
-                errors.append("strace " + message)
-            results = run_tasks(
-                (trace_syscalls(tools["strace"], e["pid"], window, clock) for e in ranks),
-                len(ranks),
-            )
-            for entry, result in zip(ranks, results):
-                if isinstance(result, Exception):
-                    result = {
-                        "status": "error",
-                        "message": f"collector bug: {result!r}",
-                        "window_s": 0.0,
-                        "text": "",
-                    }
-                if message and result["status"] == "ok":
-                    result["message"] = message
-                entry["strace"] = result
+    if tracing is not None:
+        finish_strace(*tracing)
 
     if args.get("flight_recorder") and ranks:
         _enter_phase(status, "flight recorder")
@@ -2174,14 +2515,13 @@ def collect(args, clock, doc, status):
     for item in doc["nics"].get("interfaces") or ():
         for cidr in item.get("addresses") or ():
             addr_to_if.setdefault(cidr.split("/")[0], item["name"])
-    tables = {}
     for entry in entries:
-        if entry["role"] in ("rank", "agent"):
-            found = connections(entry["pid"], tables, addr_to_if)
+        if entry["role"] in ("rank", "agent") and entry["pid"] in sockets["by_pid"]:
+            found = sockets["by_pid"][entry["pid"]]
             if found is None:
                 entry["errors"].append("cannot read /proc/{}/fd".format(entry["pid"]))
             else:
-                entry["connections"] = found
+                entry["connections"] = connection_list(found, addr_to_if)
 
     _enter_phase(status, "done")
     doc["timings"] = status["timings"]
@@ -2242,7 +2582,7 @@ def main(argv):
         os._exit(0)
 
     _signal.signal(_signal.SIGALRM, lambda signum, frame: emit_partial("deadline reached"))
-    for sig in (_signal.SIGTERM, _signal.SIGHUP):
+    for sig in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR1):
         _signal.signal(sig, lambda signum, frame: emit_partial(f"signal {signum} received"))
     # The watchdog: SIGALRM shortly before the deadline if the document is not out by then.
     margin = clock.deadline - WATCHDOG_MARGIN_S - time.monotonic()

@@ -285,6 +285,8 @@ class ReportView:
     log_findings: tuple[LogFindingView, ...]
     log_findings_omitted: int
     generated_by: str
+    probe: Any = None  # slurmdiag.probe.view.ProbeView when the snapshot has a probe section
+    probe_only: bool = False  # a probe's snapshot: no stacks were collected
 
 
 # --------------------------------------------------------------------------------------------
@@ -533,7 +535,16 @@ def build_view(
         ),
         log_findings_omitted=max(0, len(findings) - MAX_LOG_FINDINGS),
         generated_by=f"slurmdiag {_version.__version__}",
+        **_probe_fields(snapshot),
     )
+
+
+def _probe_fields(snapshot: Snapshot) -> dict[str, Any]:
+    if snapshot.probe is None:
+        return {}
+    from slurmdiag.probe.view import probe_view
+
+    return {"probe": probe_view(snapshot.probe), "probe_only": not snapshot.nodes}
 
 
 def ordered_verdicts(analysis: Analysis) -> list[Verdict]:
@@ -603,8 +614,42 @@ def _job_facts(snapshot: Snapshot, analysis: Analysis) -> tuple[tuple[str, str],
         ("Work dir", job.work_dir),
         ("Stdout", job.stdout),
         ("Stderr", job.stderr if job.stderr != job.stdout else None),
+        *_postmortem_facts(snapshot.postmortem),
     ]
     return tuple((label, value) for label, value in facts if value)
+
+
+def _postmortem_facts(section: dict[str, Any] | None) -> list[tuple[str, str | None]]:
+    """A post-mortem's sources, its first error, its cores and what it could not read."""
+    if not section:
+        return []
+    job = section.get("job") or {}
+    ended = str(job.get("state") or "?")
+    if job.get("exit_code") is not None:
+        ended += f", exit code {job['exit_code']}"
+    if job.get("signal"):
+        ended += f" ({job['signal']})"
+    if job.get("cancelled_by"):
+        ended += f", cancelled by {job['cancelled_by']}"
+    first = section.get("first_error") or {}
+    facts: list[tuple[str, str | None]] = [
+        ("Post-mortem from", str(section.get("source"))),
+        ("Ended", ended),
+        ("First error", f"rank {first.get('rank')}: {first.get('text')} "
+                        f"({first.get('source')}:{first.get('line')})" if first else None),
+        ("Logs read", ", ".join((section.get("logs") or {}).get("read") or ()) or "none"),
+    ]
+    for step in section.get("steps") or ():
+        code = "" if step.get("exit_code") is None else f" exit {step['exit_code']}"
+        facts.append((f"Step {step.get('id')}", f"{step.get('state')}{code}"
+                      + (f" {step['signal']}" if step.get("signal") else "")
+                      + f" on {step.get('nodes')}"))
+    for core in section.get("cores") or ():
+        facts.append(("Core file", (f"{core.get('path')} (rank {core.get('rank')}, "
+                                   f"{core.get('tool') or core.get('message') or 'no stack'})")))
+    for index, note in enumerate(section.get("notes") or (), start=1):
+        facts.append((f"Note {index}", str(note)))
+    return facts
 
 
 def _problems(snapshot: Snapshot) -> tuple[ProblemView, ...]:

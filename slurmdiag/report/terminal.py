@@ -96,7 +96,9 @@ def _header(snapshot: Snapshot, analysis: Analysis) -> str:
         parts.append(clean(job.user))
     parts.append(f"{len(snapshot.nodes)} node{'s' if len(snapshot.nodes) != 1 else ''}")
     parts.append(f"{len(analysis.ranks)} rank{'s' if len(analysis.ranks) != 1 else ''}")
-    if job.run_time:
+    if snapshot.postmortem is not None:
+        parts.append(f"ended {clean(job.state)}" + (f" after {clean(job.run_time)}" if job.run_time else ""))
+    elif job.run_time:
         parts.append(f"running {clean(job.run_time)}")
     if snapshot.created:
         parts.append(f"snapshot {clean(snapshot.created)}")

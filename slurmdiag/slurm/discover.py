@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from slurmdiag.errors import JobNotFound, JobNotRunning, ParseError, SlurmUnavailable, UsageError
+from slurmdiag.errors import (
+    JobNotFound,
+    JobNotRunning,
+    NotPermitted,
+    ParseError,
+    SlurmUnavailable,
+    UsageError,
+)
 from slurmdiag.slurm.parse import (
     JobRef,
     SlurmJob,
@@ -27,8 +36,21 @@ _FINISHED_STATES = {
 _WAITING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD"}
 
 
+_STEP_ID_RE = re.compile(r"^\s*(\d+(?:_\d+|\+\d+)?)\.([A-Za-z0-9_+-]+)\s*$")
+
+
 def job_ref_from_user(text: str) -> JobRef:
-    """Accept ``123``, ``123_4`` or ``123+1``; anything else is a usage error (exit 2)."""
+    """Accept ``123``, ``123_4`` or ``123+1``; anything else is a usage error (exit 2).
+
+    A step id (``123.0``, ``123.batch``, as sacct prints them) gets its own message naming the job.
+    """
+    step = _STEP_ID_RE.match(text)
+    if step:
+        raise UsageError(
+            f"{text.strip()} is step {step.group(2)} of job {step.group(1)}: "
+            "slurmdiag attaches to a whole job, not to one step",
+            hint=f"attach to the job: slurmdiag attach {step.group(1)}",
+        )
     try:
         return parse_job_id(text)
     except ValueError as exc:
@@ -51,6 +73,40 @@ def parse_slurm_version(text: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+NO_CONFIG_HINT = (
+    "set SLURM_CONF to this cluster's slurm.conf (e.g. export SLURM_CONF=/etc/slurm/slurm.conf), "
+    "or run where Slurm's configuration (or its DNS SRV records) is available"
+)
+# A fatal line that says the Slurm tools found no configuration at all.
+_NO_CONFIG_MARKERS = ("configuration source", "configuration file", "slurm.conf")
+
+
+def slurm_fatal(text: str) -> SlurmUnavailable | None:
+    """The one error a Slurm tool's ``fatal:`` line stands for (pure), or None without one.
+
+    ``scontrol: fatal: Could not establish a configuration source`` (no SLURM_CONF and no DNS SRV
+    records) follows three ``error:`` lines; only the fatal one is worth a line, and its hint.
+    """
+    for line in text.splitlines():
+        tool, sep, rest = line.partition(": fatal: ")
+        if sep:
+            message = f"{tool.strip() or 'slurm'}: {rest.strip()}"
+            no_config = any(m in rest.lower() for m in _NO_CONFIG_MARKERS)
+            return SlurmUnavailable(message, hint=NO_CONFIG_HINT if no_config else None)
+    return None
+
+
+def check_slurm_conf(environ: Mapping[str, str] | None = None) -> None:
+    """A SLURM_CONF naming no file makes every Slurm tool retry for 60 s before its fatal line:
+    say so at once."""
+    path = (os.environ if environ is None else environ).get("SLURM_CONF")
+    if path and not os.path.isfile(path):
+        raise SlurmUnavailable(
+            f"SLURM_CONF={path} is not a file (the Slurm tools would retry for 60 s, then fail)",
+            hint=NO_CONFIG_HINT,
+        )
+
+
 def _raise_for_scontrol_failure(ref: JobRef, result: CommandResult) -> None:
     if result.start_error is not None:
         raise SlurmUnavailable(f"cannot run scontrol: {result.start_error}")
@@ -60,11 +116,15 @@ def _raise_for_scontrol_failure(ref: JobRef, result: CommandResult) -> None:
             hint="the Slurm controller may be overloaded or down; try again",
         )
     text = (result.stderr + result.stdout).strip()
+    fatal = slurm_fatal(text)
+    if fatal is not None:
+        raise fatal
     if "Invalid job id" in text or "invalid job id" in text.lower():
         raise JobNotFound(f"job {ref} is not known to Slurm")
     if "Unable to contact slurm controller" in text or "Connection refused" in text:
         raise SlurmUnavailable(f"scontrol cannot reach the controller: {text.splitlines()[-1]}")
-    raise SlurmUnavailable(f"scontrol failed (exit {result.returncode}): {text[:300]}")
+    last = text.splitlines()[-1] if text else "(no output)"
+    raise SlurmUnavailable(f"scontrol failed (exit {result.returncode}): {last[:300]}")
 
 
 def select_record(ref: JobRef, jobs: list[SlurmJob]) -> SlurmJob:
@@ -124,6 +184,58 @@ def check_attachable(job: SlurmJob, ref: JobRef) -> None:
     raise JobNotRunning(f"job {ref} is {state}{reason}")
 
 
+def parse_slurm_user(config_text: str) -> str | None:
+    """``SlurmUser = slurm(64030)`` in ``scontrol show config`` -> ``slurm`` (pure)."""
+    match = re.search(r"^SlurmUser\s*=\s*([^\s(]+)", config_text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def caller_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def check_caller_may_attach(
+    job: SlurmJob,
+    ref: JobRef,
+    runner: Runner = run_command,
+    *,
+    caller: str | None = None,
+    uid: int | None = None,
+    transport: str = "srun",
+    ssh_user: str | None = None,
+) -> None:
+    """Refuse, before any step, a job the caller cannot inspect: Slurm adds a step only for the
+    job's owner, root or SlurmUser, and ptrace (py-spy, strace) needs the owner or root."""
+    uid = os.getuid() if uid is None else uid
+    caller = caller or caller_name()
+    owner = job.user
+    if owner is None or uid == 0:
+        return
+    if transport == "ssh":
+        login = ssh_user or caller
+        if login in (owner, "root"):
+            return
+        raise NotPermitted(
+            f"job {ref} belongs to {owner}; over ssh as {login} py-spy cannot trace its ranks",
+            hint=f"log in as the owner or root: --ssh-user {owner} (with that user's key)",
+        )
+    if caller == owner:
+        return
+    config = runner(["scontrol", "show", "config"], SCONTROL_TIMEOUT_S)
+    if config.ok and parse_slurm_user(config.stdout) == caller:
+        return  # SlurmUser may add steps to any job
+    raise NotPermitted(
+        f"job {ref} belongs to {owner}, not to {caller}: Slurm adds a step to a job only for its "
+        "owner, root or SlurmUser, and only they may trace its ranks",
+        hint=f"run it as {owner} (sudo -u {owner} slurmdiag attach {ref}) or as root",
+    )
+
+
 def to_job(job: SlurmJob) -> Job:
     """The snapshot's view of a Slurm job record."""
     from slurmdiag.snapshot import Job  # after the fan-out: the snapshot module is heavy to load
@@ -159,6 +271,7 @@ def slurm_version(runner: Runner = run_command) -> tuple[int, int] | None:
 
 def discover_job(ref: JobRef, runner: Runner = run_command) -> SlurmJob:
     """Ask Slurm about ``ref`` (JSON on 23.02+, text otherwise) and check it can be attached to."""
+    check_slurm_conf()
     version = slurm_version(runner)
     jobs: list[SlurmJob] | None = None
     if version is not None and version >= (23, 2):

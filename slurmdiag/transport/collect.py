@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import zlib
@@ -22,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from slurmdiag.transport.framing import decode_frames
+from slurmdiag.transport.framing import answered_node, decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
 
 STEP_NAME = "slurmdiag-collect"
@@ -62,6 +63,7 @@ class FanoutResult:
     duration_s: float = 0.0
     transport: str = "srun"
     warnings: list[str] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C/SIGTERM: what the nodes sent until then
 
 
 @functools.lru_cache(maxsize=1)
@@ -141,13 +143,18 @@ exec(c,{'__name__':'__main__'})
 PAYLOAD_ENV = "SLURMDIAG_COLLECTOR_SOURCE"
 
 
-@functools.lru_cache(maxsize=1)
-def collector_payload() -> tuple[str, str]:
-    """(hash of the collector source, its compressed source as base64 text)."""
-    source = collector_source().encode()
+@functools.lru_cache(maxsize=4)
+def program_payload(text: str) -> tuple[str, str]:
+    """(hash of a node program's source, its compressed source as base64 text)."""
+    source = text.encode()
     digest = hashlib.sha256(source).hexdigest()[:20]
     # Level 6: 0.6% larger than 9 and three times faster (~3 ms, paid before srun starts).
     return digest, binascii.b2a_base64(zlib.compress(source, 6), newline=False).decode()
+
+
+def collector_payload() -> tuple[str, str]:
+    """(hash of the collector source, its compressed source as base64 text)."""
+    return program_payload(collector_source())
 
 
 def default_tool_paths(name: str) -> tuple[str, ...]:
@@ -209,6 +216,7 @@ def node_command(
     *,
     portable: bool = True,
     source_in_env: bool = False,
+    program: tuple[tuple[str, str], dict[str, Any]] | None = None,
 ) -> list[str]:
     """The argv each node runs: the interpreter choice, the loader, the payload, the args.
 
@@ -221,11 +229,11 @@ def node_command(
     ``portable``: a shell picks the interpreter on the node. Otherwise the system Python is
     run directly, one program less a node; a node without it fails to start the step's task,
     and fan_out_srun runs the portable form there. ``source_in_env``: the compressed source is
-    left to the environment (``PAYLOAD_ENV``, see node_environment).
+    left to the environment (``PAYLOAD_ENV``, see node_environment). ``program``: another
+    node program to run the same way instead of the collector, ((hash, payload), its args).
     """
-    digest, source = collector_payload()
-    rest = [options.node_cache, digest, "-" if source_in_env else source,
-            json.dumps(collector_args(job_id, options, node))]
+    (digest, source), args = program or (collector_payload(), collector_args(job_id, options, node))
+    rest = [options.node_cache, digest, "-" if source_in_env else source, json.dumps(args)]
     if options.node_python:
         return [options.node_python, "-I", "-S", "-c", COLLECTOR_LOADER, "", *rest]
     if not portable:
@@ -245,8 +253,13 @@ def srun_argv(
     options: CollectOptions,
     het_group: tuple[str, int] | None = None,
     portable: bool = True,
+    *,
+    command: Sequence[str] | None = None,
+    step_name: str = STEP_NAME,
 ) -> list[str]:
     """ONE step over every node, one collector task per node, without taking the job's GPUs.
+
+    ``command`` replaces the collector's node command (``slurmdiag doctor`` ships its checks so).
 
     ``het_group``: (leader job id, offset) of a heterogeneous job's component. srun only takes
     the leader's id (``--jobid=123+1`` is refused, the component's own id is "not heterogeneous
@@ -267,10 +280,10 @@ def srun_argv(
         f"--ntasks={len(nodes)}",
         "--ntasks-per-node=1",
         f"--nodelist={','.join(nodes)}",
-        f"--job-name={STEP_NAME}",
+        f"--job-name={step_name}",
         "--kill-on-bad-exit=0",
         "--cpu-bind=none",
-        *node_command(job_id, options, portable=portable, source_in_env=True),
+        *(command or node_command(job_id, options, portable=portable, source_in_env=True)),
     ]
 
 
@@ -282,6 +295,11 @@ _REFUSED_MARKERS = (
     "Invalid generic resource",
     "Access/permission denied",
 )
+
+
+def _srun_line(line: str) -> str:
+    """An srun stderr line without its own ``srun: `` prefix (the message adds one)."""
+    return line.strip().removeprefix("srun: ")[:300]
 
 
 def outcomes_from_output(
@@ -313,9 +331,9 @@ def outcomes_from_output(
         else:
             status, message = "unreachable", "the collector did not run on this node"
         if node_errors:
-            message += f"; srun: {node_errors[-1].strip()[:300]}"
+            message += f"; srun: {_srun_line(node_errors[-1])}"
         elif refused:
-            message += f"; srun: {refused[-1].strip()[:300]}"
+            message += f"; srun: {_srun_line(refused[-1])}"
         out.nodes[name] = NodeOutcome(name, status, None, message)
     if refused:
         out.warnings.append(
@@ -329,29 +347,43 @@ def outcomes_from_output(
     return out
 
 
-# Variables that would steer `srun --jobid` when slurmdiag itself runs inside an allocation
-# (an salloc shell, a scrontab job): the step must take its shape from our flags only.
-_KEEP_SLURM_VARS = {"SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT"}
+# The step's environment is an ALLOWLIST: srun passes its whole environment to every node's task,
+# and the controller's may hold secrets (a webhook URL, tokens). Only what srun, the node's Python
+# and its tools need: the search path, the user and locale, the Slurm client's configuration (not
+# the SLURM_* variables of an allocation slurmdiag itself runs in: they would shape the step), and
+# the nvidia-smi stand-in's fixture directory of the test suite.
+SRUN_ENV_NAMES = frozenset([
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT", "SLURMDIAG_FAKE_NVSMI_DIR",
+])
+SRUN_ENV_PREFIXES = ("LC_",)
 
 
 def srun_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The controller's environment without the job-shaping SLURM_* variables."""
+    """The part of the controller's environment srun and the collector need (an allowlist)."""
     return {
         key: value
         for key, value in environ.items()
-        if not (key.startswith(("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")) and key not in _KEEP_SLURM_VARS)
+        if key in SRUN_ENV_NAMES or key.startswith(SRUN_ENV_PREFIXES)
     }
 
 
 def cancel_leftover_steps(
-    job_id: str, runner: Callable[..., CommandResult] = run_command
+    job_id: str | None, runner: Callable[..., CommandResult] = run_command, *,
+    step_name: str = STEP_NAME,
 ) -> list[str]:
-    """scancel any collector step of ours still known to Slurm (srun was ended on timeout)."""
-    listing = runner(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"], 10.0)
+    """scancel any collector step of ours still known to Slurm (srun was ended on timeout).
+
+    ``job_id`` None: our own allocation (``slurmdiag probe --nodes``), found by its unique name.
+    """
+    if job_id is None:
+        listing = runner(["squeue", "-h", "--name", step_name, "-o", "%i %j"], 10.0)
+    else:
+        listing = runner(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"], 10.0)
     cancelled = []
     for line in listing.stdout.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1] == STEP_NAME:
+        if len(parts) == 2 and parts[1] == step_name:
             runner(["scancel", "--quiet", parts[0]], 10.0)
             cancelled.append(parts[0])
     return cancelled
@@ -398,17 +430,9 @@ def fan_out_srun(
 
     def on_line(line: str) -> None:
         # The last chunk of a node's document marks it as answered, for the progress display.
-        if progress is None or not line.startswith("@SDG1 "):
-            return
-        parts = line.split(" ", 5)
-        last_chunk = (
-            len(parts) >= 5
-            and parts[2].isdigit()
-            and parts[3].isdigit()
-            and int(parts[2]) == int(parts[3]) - 1
-        )
-        if last_chunk and parts[1] not in answered:
-            answered.add(parts[1])
+        node = answered_node(line) if progress is not None else None
+        if progress is not None and node is not None and node not in answered:
+            answered.add(node)
             progress(len(answered), len(nodes))
 
     start = time.monotonic()
@@ -420,10 +444,16 @@ def fan_out_srun(
         options.timeout_s,
         env=node_environment(os.environ),
         on_stdout_line=on_line,
+        interrupt_signal=signal.SIGUSR1,  # srun forwards it: the collectors send what they have
     )
     out = outcomes_from_output(nodes, result, "srun")
     timed_out = result.timed_out
-    missing = nodes_without_system_python(nodes, out, result.stderr) if direct else []
+    if result.interrupted:
+        out.interrupted = True
+        out.warnings.append("interrupted: the snapshot holds what the nodes sent until then")
+        timed_out = True  # the step may outlive srun: cancel it
+    missing = (nodes_without_system_python(nodes, out, result.stderr)
+               if direct and not result.interrupted else [])
     left = options.timeout_s - (time.monotonic() - start)
     if missing and left >= MIN_RETRY_S:
         again = runner(
@@ -431,11 +461,13 @@ def fan_out_srun(
             left,
             env=node_environment(os.environ),
             on_stdout_line=on_line,
+            interrupt_signal=signal.SIGUSR1,
         )
         retried = outcomes_from_output(missing, again, "srun")
         out.nodes.update(retried.nodes)
         out.warnings.extend(retried.warnings)
-        timed_out = timed_out or again.timed_out
+        timed_out = timed_out or again.timed_out or again.interrupted
+        out.interrupted = again.interrupted
     if timed_out:
         leftovers = cancel_leftover_steps(het_group[0] if het_group else job_id, runner)
         if leftovers:

@@ -58,6 +58,19 @@ def encode_frames(node: str, doc: dict[str, Any], pid: int | None = None) -> str
     return "".join(lines)
 
 
+def answered_node(line: str) -> str | None:
+    """The node whose document ends with this stdout line (its last chunk), else None.
+
+    Read line by line as the step's output arrives, for the live progress of attach; decoding
+    and checking the whole document is decode_frames' job at the end."""
+    at = line.rfind(FRAME_TAG)
+    if at < 0:
+        return None
+    parts = line[at:].split(" ", 5)
+    complete = len(parts) == 6 and parts[2].isdigit() and parts[3].isdigit()
+    return parts[1] if complete and int(parts[2]) == int(parts[3]) - 1 else None
+
+
 def decode_frames(text: str) -> FrameResult:
     """Sort merged collector output into complete documents, damaged nodes and noise."""
     result = FrameResult()

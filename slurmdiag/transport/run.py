@@ -26,6 +26,7 @@ class CommandResult:
     timed_out: bool = False
     duration_s: float = 0.0
     start_error: str | None = None  # e.g. "No such file or directory: 'scontrol'"
+    interrupted: bool = False  # Ctrl-C/SIGTERM reached us: the command was ended early
 
     @property
     def ok(self) -> bool:
@@ -80,12 +81,21 @@ def run_command(
     input: str | None = None,
     on_stdout_line: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    interrupt_signal: int | None = None,
+    interrupt_grace_s: float = 3.0,
 ) -> CommandResult:
     """Run argv to completion or until ``timeout`` seconds, never raising for the child's failures.
 
     ``on_stdout_line`` is called for each complete stdout line as it arrives (used for progress);
     ``should_stop`` is polled and ends the command early when it returns True (e.g. every node
     has answered and only srun's own shutdown is left).
+
+    A KeyboardInterrupt (Ctrl-C; the CLI turns SIGTERM into one) while the command runs ends its
+    process group like a timeout and returns what came until then with ``interrupted`` set: the
+    caller decides what to keep. The child runs in its own session, so nothing else would ever
+    stop it. ``interrupt_signal`` is sent first, and the output read for ``interrupt_grace_s``
+    more: srun forwards SIGUSR1 to its tasks (the collectors then send their partial documents)
+    where SIGTERM would make it kill the step at once.
     """
     start = time.monotonic()
     try:
@@ -111,35 +121,46 @@ def run_command(
     err = bytearray()
     pending = bytearray()
     timed_out = False
+    interrupted = False
     sel = selectors.DefaultSelector()
     assert proc.stdout is not None and proc.stderr is not None
     sel.register(proc.stdout, selectors.EVENT_READ, out)
     sel.register(proc.stderr, selectors.EVENT_READ, err)
     open_streams = 2
     deadline = start + timeout
-    while open_streams:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            break
-        if should_stop is not None and should_stop():
-            break
-        for key, _ in sel.select(timeout=min(remaining, 0.2)):
-            chunk = os.read(key.fd, 65536)
-            if not chunk:
-                sel.unregister(key.fileobj)
-                open_streams -= 1
-                continue
-            key.data.extend(chunk)
-            if key.data is out and on_stdout_line is not None:
-                pending.extend(chunk)
-                while b"\n" in pending:
-                    line, _, rest = pending.partition(b"\n")
-                    pending[:] = rest
-                    on_stdout_line(line.decode(errors="replace"))
+    try:
+        while open_streams:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            if should_stop is not None and should_stop():
+                break
+            for key, _ in sel.select(timeout=min(remaining, 0.2)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                key.data.extend(chunk)
+                if key.data is out and on_stdout_line is not None:
+                    pending.extend(chunk)
+                    while b"\n" in pending:
+                        line, _, rest = pending.partition(b"\n")
+                        pending[:] = rest
+                        on_stdout_line(line.decode(errors="replace"))
+    except KeyboardInterrupt:
+        interrupted = True
     sel.close()
+    if interrupted and interrupt_signal is not None and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, interrupt_signal)
+            _drain(sel_streams=[proc.stdout, proc.stderr], sinks={proc.stdout: out, proc.stderr: err},
+                   limit_s=interrupt_grace_s)
+        except (ProcessLookupError, KeyboardInterrupt):
+            pass  # gone already, or a second Ctrl-C: end it now
     if open_streams or proc.poll() is None:
-        if open_streams == 0:
+        if open_streams == 0 and not interrupted:
             # Streams closed but the process lingers: give it the rest of the time budget.
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -148,7 +169,7 @@ def run_command(
         if proc.poll() is None:
             _end_group(proc)
         _drain(sel_streams=[s for s in (proc.stdout, proc.stderr) if not s.closed],
-               sinks={proc.stdout: out, proc.stderr: err}, limit_s=0.5)
+               sinks={proc.stdout: out, proc.stderr: err}, limit_s=2.0 if interrupted else 0.5)
     for stream in (proc.stdout, proc.stderr):
         stream.close()
     returncode = proc.wait()
@@ -159,4 +180,17 @@ def run_command(
         err.decode(errors="replace"),
         timed_out,
         time.monotonic() - start,
+        interrupted=interrupted,
     )
+
+
+def spawn_interactive(argv: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a command whose stdin the caller writes while reading its output (srun's stdin is
+    broadcast to every task: the probe's peer map). In its own session; end it with end_group."""
+    return subprocess.Popen(
+        list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None, start_new_session=True,
+    )
+
+
+end_group = _end_group

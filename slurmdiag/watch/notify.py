@@ -5,13 +5,15 @@ Markdown), ``teams`` (Workflows webhook: an Adaptive Card in a ``message`` envel
 ``webhook`` (generic JSON: ``{"event", "job", "verdicts", "report_url", ...}``).
 
 ``send_payload`` retries with exponential backoff on timeouts, connection errors, 429 and 5xx (not
-on other 4xx), inside a bounded total time, and returns a ``SendResult``: it never raises into the
+on other 4xx; a 429 or 503 with ``Retry-After`` waits as told), inside a bounded total time, and returns a ``SendResult``: it never raises into the
 run. The webhook URL is a secret (it *is* the credential for Slack, Mattermost and Teams): no
 result, message, log line or exception text carries it.
 """
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import socket
 import time
@@ -37,7 +39,7 @@ _MAX_NODES_TEXT = 200
 class Alert:
     """What a notification says, independent of the chat system (stored as JSON for retries)."""
 
-    event: str  # stuck | recovered
+    event: str  # stuck | recovered | postmortem
     job_id: str
     job_name: str | None = None
     user: str | None = None
@@ -112,6 +114,8 @@ def title(alert: Alert) -> str:
     if alert.event == "recovered":
         reason = f": {alert.reason}" if alert.reason else ""
         return f"Job {alert.job_id}{name}{where} recovered{reason}"
+    if alert.event == "postmortem":
+        return f"Job {alert.job_id}{name}{where} ended: post-mortem ({alert.reason or 'failed'})"
     return f"Job {alert.job_id}{name}{where} looks stuck"
 
 
@@ -298,7 +302,7 @@ def teams_payload(alert: Alert) -> dict[str, Any]:
 def webhook_payload(alert: Alert) -> dict[str, Any]:
     """Generic JSON for anything else (PagerDuty bridges, ticket systems, your own bot)."""
     return {
-        "event": "stuck_job" if alert.event == "stuck" else "job_recovered",
+        "event": {"stuck": "stuck_job", "postmortem": "job_postmortem"}.get(alert.event, "job_recovered"),
         "job": {
             "id": alert.job_id,
             "name": alert.job_name,
@@ -403,6 +407,25 @@ def _describe_error(exc: BaseException) -> tuple[str, bool]:
     return f"{type(exc).__name__}", False
 
 
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After``: delay-seconds (``120``) or an HTTP date -> seconds to wait (pure), or None."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
 def send_payload(
     url: str,
     payload: dict[str, Any],
@@ -447,7 +470,10 @@ def send_payload(
             message, retryable = f"HTTP {status}", False
         except Exception as exc:  # noqa: BLE001 - every failure becomes data, never an exception
             message, retryable = _describe_error(exc)
+            retry_after = None
             if isinstance(exc, urllib.error.HTTPError):
+                if exc.code in (429, 503) and exc.headers is not None:
+                    retry_after = parse_retry_after(exc.headers.get("Retry-After"))
                 exc.close()
                 status = exc.code
                 unreachable = False
@@ -457,8 +483,11 @@ def send_payload(
         history.append(_scrub(message, url))
         if not retryable or attempt == retries:
             break
-        pause = backoff * (2**attempt)
+        # 429/503 with Retry-After: the server's wait, not ours, as long as max_time allows it.
+        pause = backoff * (2**attempt) if retry_after is None else retry_after
         if clock() + pause >= deadline:
+            if retry_after is not None:
+                history[-1] += f" (Retry-After {retry_after:g} s is past notify.max_time)"
             break
         sleep(pause)
     error = history[-1] if history else "no attempt: time budget exhausted"

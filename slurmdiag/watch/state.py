@@ -420,6 +420,43 @@ class StateDB:
             )
             return int(cursor.lastrowid or 0)
 
+    def stuck_alert_delivered(self, job_id: str) -> bool:
+        """Whether a "stuck" post about this job reached the channel (its latest incident)."""
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT 1 FROM alerts WHERE job_id = ? AND event = 'stuck' AND status = 'sent'"
+                " LIMIT 1",
+                (job_id,),
+            ).fetchone()
+        return row is not None
+
+    def claim_postmortem_alert(
+        self,
+        job_id: str,
+        *,
+        payload: dict[str, Any],
+        now: float,
+        deliver: bool,
+        report_path: str | None = None,
+    ) -> int | None:
+        """Close the job's open stuck alerts and claim its one post-mortem post (None: had one)."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE alerts SET open = 0 WHERE job_id = ? AND event = 'stuck' AND open = 1",
+                (job_id,),
+            )
+            if db.execute(
+                "SELECT 1 FROM alerts WHERE job_id = ? AND event = 'postmortem' LIMIT 1", (job_id,)
+            ).fetchone() is not None:
+                return None
+            cursor = db.execute(
+                "INSERT INTO alerts (job_id, event, fingerprint, created, status, open,"
+                " report_path, payload_json) VALUES (?, 'postmortem', '', ?, ?, 0, ?, ?)",
+                (job_id, now, "sending" if deliver else "disabled", report_path,
+                 json.dumps(payload)),
+            )
+            return int(cursor.lastrowid or 0) if deliver else None
+
     def finish_alert(
         self, alert_id: int, *, ok: bool, error: str | None, attempts: int, now: float
     ) -> None:

@@ -92,6 +92,17 @@ def _default_attach(job_id: str, **options: Any) -> Snapshot:
     return attach(job_id, **options)
 
 
+def _default_postmortem(job_id: str, out_dir: Path, runner: Any) -> Snapshot:
+    from slurmdiag.post_mortem.build import postmortem_job
+
+    return postmortem_job(job_id, out_dir=out_dir, runner=runner).snapshot
+
+
+#: Job states after which the watchdog posts a post-mortem instead of "recovered".
+FAILED_END_STATES = frozenset({"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
+                               "DEADLINE", "PREEMPTED"})
+
+
 # --------------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------------
@@ -147,6 +158,7 @@ class WatchResult:
     locked_out: bool = False
     errors: tuple[str, ...] = ()
     pending_alerts: int = 0
+    attach_seconds: tuple[tuple[str, float], ...] = ()  # (job id, seconds attaching this pass)
 
     @property
     def stuck_jobs(self) -> tuple[str, ...]:
@@ -200,6 +212,11 @@ class WatchResult:
                     f"watch: {what}{note.event} alert for job {note.job_id} NOT delivered "
                     f"({note.error}); the next run retries it"
                 )
+        if self.exit_code >= 2 and not self.outcomes:
+            # The pass itself failed (Slurm down, state unusable): the reason, once, and the code.
+            return [f"watch: error: {error}" for error in self.errors] + [
+                f"watch: the pass failed; exit {self.exit_code}"
+            ]
         for error in self.errors:
             lines.append(f"watch: {error}")
         counts = ", ".join(f"{n} {status}" for status, n in sorted(self.counts().items()))
@@ -431,30 +448,49 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
+#: ``watch --check-heartbeat`` exit codes: the monitoring-plugin convention (Nagios, Icinga,
+#: Sensu, Zabbix agents), never shared with the usage error code of the other commands.
+HEARTBEAT_OK, HEARTBEAT_WARNING, HEARTBEAT_CRITICAL, HEARTBEAT_UNKNOWN = 0, 1, 2, 3
+HEARTBEAT_LABELS = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
+
+
 def heartbeat_status(path: Path, max_age_s: float, now: float | None = None) -> tuple[int, str]:
-    """(0 fresh | 1 stale | 2 missing or unreadable, a sentence saying which)."""
+    """(code, a sentence saying why): 0 fresh; 1 fresh but the last pass had errors or alerts it
+    could not deliver; 2 stale or missing (the watchdog does not run); 3 unreadable."""
     now = time.time() if now is None else now
     try:
         data = json.loads(path.read_text())
         epoch = float(data["epoch"])
     except FileNotFoundError:
-        return 2, f"no heartbeat file at {path}: the watchdog has never completed a run here"
+        return HEARTBEAT_CRITICAL, (
+            f"no heartbeat file at {path}: the watchdog has never completed a run here"
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return 2, f"heartbeat file {path} is unreadable ({type(exc).__name__})"
+        return HEARTBEAT_UNKNOWN, f"heartbeat file {path} is unreadable ({type(exc).__name__})"
     age = now - epoch
     summary = data.get("summary") if isinstance(data, dict) else None
-    stuck = summary.get("stuck_jobs") if isinstance(summary, dict) else None
+    summary = summary if isinstance(summary, dict) else {}
+    stuck = summary.get("stuck_jobs")
     tail = f"; stuck jobs then: {', '.join(stuck)}" if stuck else ""
     if age > max_age_s:
-        return 1, (
+        return HEARTBEAT_CRITICAL, (
             f"heartbeat is stale: last good run {format_duration(round(age))} ago "
             f"(> {format_duration(max_age_s)}) at {data.get('time')}"
         )
-    return 0, f"heartbeat fresh: last good run {format_duration(max(0, round(age)))} ago{tail}"
+    fresh = f"last good run {format_duration(max(0, round(age)))} ago"
+    errors = summary.get("errors") or []
+    pending = summary.get("pending_alerts") or 0
+    if errors or pending:
+        what = [f"{len(errors)} error(s)"] if errors else []
+        what += [f"{pending} alert(s) not delivered yet"] if pending else []
+        first = f": {errors[0]}" if errors else ""
+        return HEARTBEAT_WARNING, f"{fresh}, with {' and '.join(what)}{first}{tail}"
+    return HEARTBEAT_OK, f"heartbeat fresh: {fresh}{tail}"
 
 
 def check_heartbeat(path: Path | str, max_age: float, *, now: float | None = None) -> int:
-    """Dead-man switch: 0 when the last good run is younger than ``max_age`` seconds, else non-zero."""
+    """Dead-man switch: 0 when the last good run is younger than ``max_age`` seconds, else 1-3
+    (see heartbeat_status)."""
     return heartbeat_status(Path(path), max_age, now)[0]
 
 
@@ -483,9 +519,11 @@ class Watchdog:
         clock: Callable[[], float] = time.time,
         send: Sender | None = None,
         log: Callable[[str], None] | None = None,
+        postmortem: Callable[[str, Path, Any], Snapshot] | None = None,
     ) -> None:
         self.settings = settings
         self._attach = attach or _default_attach
+        self._postmortem = postmortem or _default_postmortem
         self._runner = runner or _default_runner
         self._clock = clock
         self._send = send or notify
@@ -496,6 +534,9 @@ class Watchdog:
 
     def list_running_jobs(self) -> tuple[list[SlurmJob], str]:
         """Running jobs from squeue: JSON where this Slurm has it, the text format otherwise."""
+        from slurmdiag.slurm.discover import check_slurm_conf
+
+        check_slurm_conf()
         if self._squeue_json is not False:
             result = self._runner(squeue_json_argv(), SQUEUE_TIMEOUT_S)
             if _ok(result):
@@ -557,19 +598,41 @@ class Watchdog:
             return WatchResult(EXIT_OK, started, self._clock(), locked_out=True)
         try:
             with StateDB(watch.state_db) as db:
-                return _Pass(self, db, started).run()
+                result = _Pass(self, db, started).run()
         except SlurmdiagError as exc:
             hint = f" (hint: {exc.hint})" if exc.hint else ""
-            return self._failed(started, exc.exit_code, f"{exc.message}{hint}")
+            result = self._failed(started, exc.exit_code, f"{exc.message}{hint}")
         except (sqlite3.Error, OSError) as exc:
-            return self._failed(
+            result = self._failed(
                 started, EXIT_INTERNAL, f"state {watch.state_db}: {type(exc).__name__}: {exc}"
             )
         finally:
             lock.release()
+        self._write_metrics(result)
+        return result
+
+    def _write_metrics(self, result: WatchResult) -> None:
+        """After every pass, failed ones too: the last success then comes from the heartbeat."""
+        path = self.settings.watch.metrics_file
+        if path is None:
+            return
+        from slurmdiag.watch.metrics import write_metrics
+
+        last_success = result.finished if result.exit_code < 2 else None
+        if last_success is None:
+            try:
+                last_success = float(
+                    json.loads(self.settings.watch.heartbeat_file.read_text())["epoch"]
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                last_success = None
+        try:
+            write_metrics(path, result, last_success)
+        except (OSError, SlurmdiagError) as exc:
+            self._log(f"metrics not written to {path}: {getattr(exc, 'strerror', None) or exc}")
 
     def _failed(self, started: float, code: int, message: str) -> WatchResult:
-        self._log(f"error: {message}")
+        # Not logged here: the result carries it and summary_lines() prints it, once.
         return WatchResult(code, started, self._clock(), errors=(message,))
 
 
@@ -583,6 +646,7 @@ _UNAVAILABLE_MARKERS = (
     "Socket timed out",
     "Could not establish a configuration source",
     "Zero Bytes were transmitted",
+    ": fatal: ",
 )
 
 
@@ -602,6 +666,11 @@ def _raise_unavailable(result: Any) -> None:
             hint="the Slurm controller may be overloaded or down; the next run tries again",
         )
     text = (result.stderr or result.stdout or "").strip()
+    from slurmdiag.slurm.discover import slurm_fatal
+
+    fatal = slurm_fatal(text)
+    if fatal is not None:
+        raise fatal
     last = text.splitlines()[-1] if text else "(no output)"
     raise SlurmUnavailable(f"squeue failed (exit {result.returncode}): {last[:300]}")
 
@@ -619,6 +688,7 @@ class _Pass:
         self.notes: list[NotificationOutcome] = []
         self.errors: list[str] = []
         self.delivery_blocked: str | None = None  # set after a failed post: later ones wait
+        self.attach_seconds: dict[str, float] = {}
 
     def now(self) -> float:
         return self.dog._clock()
@@ -659,6 +729,7 @@ class _Pass:
             notifications=tuple(self.notes),
             errors=tuple(self.errors),
             pending_alerts=self.db.pending_count(),
+            attach_seconds=tuple((k, round(v, 3)) for k, v in self.attach_seconds.items()),
         )
         write_heartbeat(self.watch.heartbeat_file, result, finished)
         return result
@@ -673,6 +744,8 @@ class _Pass:
             if record.stuck_since is not None and not self.dog.confirm_ended(record.job_id):
                 continue  # squeue may have left it out by accident: never say "recovered" lightly
             was_stuck = self.db.clear_stuck(record.job_id, now=self.now(), ended=True)
+            if was_stuck and self._post_mortem(record):
+                continue
             if was_stuck:
                 alert = Alert(
                     event="recovered",
@@ -686,6 +759,45 @@ class _Pass:
                 self.outcomes.append(
                     JobOutcome(record.job_id, "ended", record.name, record.user, alert.reason or "")
                 )
+
+    def _post_mortem(self, record: Any) -> bool:
+        """A job we alerted about ended in failure: post why, with the report link, once."""
+        if not self.db.stuck_alert_delivered(record.job_id):
+            return False
+        out_dir = report_out_dir(self.watch.report_dir, record.job_id, self.now())
+        try:
+            snapshot = self.dog._postmortem(record.job_id, out_dir, self.dog._runner)
+        except SlurmdiagError as exc:
+            self.errors.append(f"job {record.job_id}: no post-mortem: {exc.message}")
+            return False
+        state = (snapshot.job.state or "").upper()
+        if state not in FAILED_END_STATES:
+            return False  # completed or cancelled: "recovered" says it
+        report_url = report_url_for(snapshot.report, self.watch.report_dir,
+                                    self.watch.report_url_base)
+        alert = Alert(
+            event="postmortem",
+            job_id=record.job_id,
+            job_name=record.name,
+            user=record.user,
+            nodes=snapshot.job.nodes,
+            verdicts=tuple(v for v in snapshot.verdicts if v.severity != "info")[:4],
+            report_url=report_url,
+            report_path=snapshot.report,
+            cluster=self.watch.cluster_name,
+            reason=f"the job ended {state}",
+        )
+        alert_id = self.db.claim_postmortem_alert(
+            record.job_id, payload=alert.to_dict(), now=self.now(),
+            deliver=self.notify_settings.enabled, report_path=snapshot.report,
+        )
+        self.outcomes.append(JobOutcome(
+            record.job_id, "ended", record.name, record.user,
+            (snapshot.verdicts[0].summary if snapshot.verdicts else alert.reason or ""),
+            None, tuple(snapshot.verdicts), snapshot.report, report_url))
+        if alert_id is not None and self.notify_settings.enabled:
+            self._deliver(alert_id, alert, retry=False)
+        return True
 
     def _cheap_signals(self, job: SlurmJob, mode: str) -> tuple[SlurmJob, float] | None:
         now = self.now()
@@ -801,6 +913,7 @@ class _Pass:
 
     def _attach(self, job: SlurmJob, **options: Any) -> tuple[Snapshot | None, str | None]:
         """(snapshot, None) or (None, why); a failure starting with "ended" means the job is gone."""
+        began = time.monotonic()
         try:
             return self.dog._attach(job.job_id, **options), None
         except (JobNotRunning, JobNotFound) as exc:
@@ -809,6 +922,9 @@ class _Pass:
             return None, f"attach failed: {exc.message}"
         except Exception as exc:  # noqa: BLE001 - one job's failure must not end the watch run
             return None, f"attach failed: {type(exc).__name__}: {exc}"
+        finally:
+            spent = time.monotonic() - began
+            self.attach_seconds[job.job_id] = self.attach_seconds.get(job.job_id, 0.0) + spent
 
     def _attach_failed(self, job: SlurmJob, quiet_for: float, failure: str | None) -> None:
         message = failure or "attach failed"
@@ -943,10 +1059,12 @@ def run_once(
     now: Callable[[], float] = time.time,
     send: Sender | None = None,
     log: Callable[[str], None] | None = None,
+    postmortem: Callable[[str, Path, Any], Snapshot] | None = None,
 ) -> WatchResult:
     """One watch pass with ``settings``; see ``Watchdog`` for the injectable parts."""
     return Watchdog(
-        settings, attach=attach, runner=runner, clock=now, send=send, log=log
+        settings, attach=attach, runner=runner, clock=now, send=send, log=log,
+        postmortem=postmortem,
     ).run_once()
 
 

@@ -224,3 +224,34 @@ def test_report_of_a_real_attach_renders_and_names_the_culprit(scenario_run, tmp
     screenshot = ARTIFACTS / "real_rank_gated_collective.png"
     shot = run_chromium(f"--screenshot={screenshot}", "--window-size=1400,2000", page.as_uri())
     assert shot.returncode == 0 and screenshot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_probe_report_draws_its_matrix_and_keeps_hostile_strings_as_text(tmp_path: Path) -> None:
+    # GIVEN a real probe of four namespaced nodes (a blackholed route between nsnode1 and
+    # nsnode2) whose interface choice and error texts carry markup
+    import dataclasses
+
+    snapshot = Snapshot.from_json(
+        (REPO / "tests" / "fixtures" / "snapshots" / "probe_netns_blackhole_nsnode1_nsnode2.json")
+        .read_text(encoding="utf-8"))
+    probe = snapshot.probe
+    assert probe is not None
+    hostile = "<script>alert(3)</script>"
+    probe = dataclasses.replace(
+        probe,
+        nodes=tuple(dataclasses.replace(n, chosen_by=hostile) for n in probe.nodes),
+        links=tuple(dataclasses.replace(x, error=f"{x.error} {hostile}") if x.error else x
+                    for x in probe.links))
+    snapshot = dataclasses.replace(snapshot, probe=probe)
+    page = write_report(render_html(snapshot, analyze(snapshot)), tmp_path / "probe.html")
+    # WHEN chromium loads it
+    done = run_chromium("--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = Dom(done.stdout)
+    # THEN nothing ran or was blocked, the matrix is there with the two failed cells
+    assert console_lines(done.stderr) == []
+    assert "script" not in dom.tags and dom.event_handlers == []
+    assert "probe" in dom.ids
+    assert done.stdout.count('class="pm-fail num"') == 2
+    assert dom.banners[0]["data-kind"] == "probe_bad_link"
+    assert hostile in "".join(dom.texts["*"])

@@ -276,7 +276,7 @@ def test_ranks_the_batch_script_starts_itself_are_found_with_launcher_batch(loca
 def test_bad_job_id_is_a_usage_error():
     result = run_cli("attach", "12.batch")
     assert result.returncode == 2
-    assert "invalid job id" in result.stderr and "Traceback" not in result.stderr
+    assert "is step batch of job 12" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_gpus_from_the_replayed_nvidia_smi(scenario_run):
@@ -406,7 +406,7 @@ def test_progress_is_shown_on_a_terminal_only(scenario_run, tmp_path):
     # THEN the terminal saw the node count progress, and stdout (data) did not
     assert done.returncode == 0
     nodes = len(run_nodes(run.job_id))
-    assert f"nodes answered: {nodes}/{nodes}".encode() in seen
+    assert f"nodes answered {nodes}/{nodes}".encode() in seen
     assert b"nodes answered" not in done.stdout
 
 

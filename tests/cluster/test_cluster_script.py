@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -58,12 +59,31 @@ def test_up_32_nodes_idempotent_reconfigure_status_env_down(second_cluster, tmp_
 
 def test_up_recovers_from_daemons_killed_without_cleanup(second_cluster):
     # GIVEN a cluster whose daemons were all killed -9 (as at the end of a machine session)
-    run, _ = second_cluster
+    run, env = second_cluster
     assert run("up", "--nodes", "2").returncode == 0
-    pids = [p.read_text().strip() for p in (Path(run("env").stdout.split("=", 1)[1].strip())
-                                               .parent / "run").glob("*.pid")]
+    state = Path(run("env").stdout.split("=", 1)[1].strip()).parent
+    pids = [p.read_text().strip() for p in (state / "run").glob("*.pid")]
+    # accounting too: slurmdbd and MariaDB
+    accounting = [state / "run" / "dbd" / "slurmdbd.pid", state / "mysql" / "mysqld.pid"]
+    assert all(p.is_file() for p in accounting)
+    pids += [p.read_text().strip() for p in accounting]
     assert pids
     subprocess.run(["kill", "-9", *pids], check=False)
     # WHEN up runs again THEN it starts them afresh despite the stale pid files
     assert run("up", "--nodes", "2").returncode == 0
-    assert run("status").returncode == 0
+    status = run("status")
+    assert status.returncode == 0, status.stdout
+    assert "slurmdbd: running" in status.stdout and "mariadbd: running" in status.stdout
+    # AND accounting answers: a finished job is in sacct
+    job = subprocess.run(["sbatch", "--parsable", "--wait", "--output=/dev/null", "--wrap", "true"],
+                         env={**env, "SLURM_CONF": str(state / "slurm.conf")}, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.strip()
+    listed = ""
+    for _ in range(50):  # slurmctld sends the end record to slurmdbd just after the job ends
+        listed = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "JobID,State"],
+                                env={**env, "SLURM_CONF": str(state / "slurm.conf")},
+                                capture_output=True, text=True, timeout=60, check=True).stdout
+        if listed.strip() == f"{job}|COMPLETED":
+            break
+        time.sleep(0.2)
+    assert listed.strip() == f"{job}|COMPLETED"

@@ -9,17 +9,20 @@ Addresses are the project's own test hosts, inside namespaces this fixture makes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 BRIDGE = "sdbr0"
 SUBNET = "10.213.7"
+DATA_BRIDGE = "sdbr1"  # the optional data network (eth1): what NCCL/gloo would use
 CTLD_PORT = 6987
 SLURMD_PORT = 18701
 
@@ -33,6 +36,7 @@ class NetnsCluster:
     directory: Path
     nodes: dict[str, str]  # node name -> address
     processes: list[subprocess.Popen] = field(default_factory=list)
+    data: dict[str, str] = field(default_factory=dict)  # node name -> eth1 address (data network)
 
     @property
     def conf(self) -> Path:
@@ -71,11 +75,19 @@ def teardown_network(nodes: dict[str, str] | list[str]) -> None:
     for name in nodes:
         sh("ip", "netns", "del", _netns(name), check=False)
         sh("ip", "link", "del", f"sdv-{name}"[:15], check=False)
+        sh("ip", "link", "del", f"sdd-{name}"[:15], check=False)
     sh("ip", "link", "del", BRIDGE, check=False)
+    sh("ip", "link", "del", DATA_BRIDGE, check=False)
 
 
-def start_netns_cluster(directory: Path, mtus: dict[str, int]) -> NetnsCluster:
-    """Nodes named by ``mtus`` (name -> MTU of its eth0); returns once sinfo shows them idle."""
+def start_netns_cluster(
+    directory: Path, mtus: dict[str, int], *, data_subnet: str | None = None
+) -> NetnsCluster:
+    """Nodes named by ``mtus`` (name -> MTU of its eth0); returns once sinfo shows them idle.
+
+    ``data_subnet`` (e.g. "10.213.8"): each node also gets ``eth1`` on a second bridge, a data
+    network apart from the one slurmd talks on, so that faults on it leave Slurm working.
+    """
     names = list(mtus)
     teardown_network(names)  # leftovers of an interrupted run
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
@@ -93,6 +105,19 @@ def start_netns_cluster(directory: Path, mtus: dict[str, int]) -> NetnsCluster:
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         nodes[name] = f"{SUBNET}.{i}"
+    data = {}
+    if data_subnet is not None:
+        sh("ip", "link", "add", DATA_BRIDGE, "type", "bridge")
+        sh("ip", "addr", "add", f"{data_subnet}.1/24", "dev", DATA_BRIDGE)
+        sh("ip", "link", "set", DATA_BRIDGE, "up")
+        for i, name in enumerate(names, start=11):
+            ns, host_end = _netns(name), f"sdd-{name}"[:15]
+            sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth1", "netns", ns)
+            sh("ip", "link", "set", host_end, "master", DATA_BRIDGE)
+            sh("ip", "link", "set", host_end, "up")
+            sh("ip", "-n", ns, "addr", "add", f"{data_subnet}.{i}/24", "dev", "eth1")
+            sh("ip", "-n", ns, "link", "set", "eth1", "up")
+            data[name] = f"{data_subnet}.{i}"
     for sub in ("state", "log", "run", *(f"spool/{n}" for n in names)):
         (directory / sub).mkdir(parents=True, exist_ok=True)
     host = (socket.gethostname() or "localhost").split(".")[0]
@@ -100,7 +125,7 @@ def start_netns_cluster(directory: Path, mtus: dict[str, int]) -> NetnsCluster:
         f"NodeName={n} NodeHostname=localhost NodeAddr={a} Port={SLURMD_PORT} CPUs=8 State=UNKNOWN"
         for n, a in nodes.items()
     )
-    cluster = NetnsCluster(directory=directory, nodes=nodes)
+    cluster = NetnsCluster(directory=directory, nodes=nodes, data=data)
     cluster.conf.write_text(
         f"ClusterName=slurmdiagns\nSlurmctldHost={host}({SUBNET}.1)\nSlurmctldPort={CTLD_PORT}\n"
         "SlurmUser=root\nSlurmdUser=root\nAuthType=auth/munge\nCryptoType=crypto/munge\n"
@@ -148,3 +173,78 @@ def available() -> str | None:
         return f"ip netns add failed: {probe.stderr.strip()}"
     sh("ip", "netns", "del", "sd-probe", check=False)
     return None
+
+
+# ------------------------------------------------------------------ faults, each undone on exit
+
+
+def in_node(node: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command in a node's network namespace (nsenter: /sys stays as it is)."""
+    return sh("nsenter", f"--net=/run/netns/{_netns(node)}", *argv, check=check)
+
+
+@contextlib.contextmanager
+def blackhole(node: str, address: str) -> Iterator[None]:
+    """``node`` drops everything it sends to ``address`` (a route to nowhere)."""
+    in_node(node, "ip", "route", "add", "blackhole", f"{address}/32")
+    try:
+        yield
+    finally:
+        in_node(node, "ip", "route", "del", "blackhole", f"{address}/32", check=False)
+
+
+@contextlib.contextmanager
+def mtu(node: str, dev: str, value: int) -> Iterator[None]:
+    # not /sys/class/net: under nsenter it still shows the host's interfaces
+    words = in_node(node, "ip", "-o", "link", "show", "dev", dev).stdout.split()
+    old = words[words.index("mtu") + 1]
+    in_node(node, "ip", "link", "set", dev, "mtu", str(value))
+    try:
+        yield
+    finally:
+        in_node(node, "ip", "link", "set", dev, "mtu", old, check=False)
+
+
+@contextlib.contextmanager
+def link_down(node: str, dev: str) -> Iterator[None]:
+    in_node(node, "ip", "link", "set", dev, "down")
+    try:
+        yield
+    finally:
+        in_node(node, "ip", "link", "set", dev, "up", check=False)
+
+
+@contextlib.contextmanager
+def slow_link(node: str, dev: str, address: str, rate: str = "1mbit") -> Iterator[None]:
+    """What ``node`` sends to ``address`` through ``dev`` goes at ``rate`` (htb and a u32 filter:
+    sch_netem is not in this sandbox's kernel); everything else at full speed."""
+    in_node(node, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
+    try:
+        in_node(node, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb",
+                "rate", "10gbit")
+        in_node(node, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:30", "htb",
+                "rate", rate, "ceil", rate)
+        # a short queue, as a rate-limited port has: not seconds of buffered packets
+        in_node(node, "tc", "qdisc", "add", "dev", dev, "parent", "1:30", "handle", "30:", "pfifo",
+                "limit", "20")
+        in_node(node, "tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio",
+                "1", "u32", "match", "ip", "dst", f"{address}/32", "classid", "1:30")
+        yield
+    finally:
+        in_node(node, "tc", "qdisc", "del", "dev", dev, "root", check=False)
+
+
+def node_pids(node: str) -> list[int]:
+    out = sh("ip", "netns", "pids", _netns(node), check=False).stdout.split()
+    return [int(p) for p in out if p.isdigit()]
+
+
+@contextlib.contextmanager
+def route_mtu(node: str, address: str, dev: str, value: int) -> Iterator[None]:
+    """A route from ``node`` to ``address`` whose MTU is below the interface's (a tunnel, a
+    smaller hop): full-size packets that may not be fragmented cannot go."""
+    in_node(node, "ip", "route", "add", f"{address}/32", "dev", dev, "mtu", "lock", str(value))
+    try:
+        yield
+    finally:
+        in_node(node, "ip", "route", "del", f"{address}/32", "dev", dev, check=False)

@@ -21,10 +21,11 @@ class WebhookServer:
     """http.server on 127.0.0.1 with a random port; records every POST and answers as scripted.
 
     ``statuses`` is consumed one per request (then 200); ``delay_s`` holds each answer back.
+    An entry may be ``(status, {header: value})`` to answer with headers (``Retry-After``).
     """
 
     def __init__(
-        self, statuses: list[int] | None = None, delay_s: float = 0.0, port: int = 0
+        self, statuses: list[Any] | None = None, delay_s: float = 0.0, port: int = 0
     ) -> None:
         self.statuses = list(statuses or [])
         self.delay_s = delay_s
@@ -37,13 +38,15 @@ class WebhookServer:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
                 with server._lock:
-                    status = server.statuses.pop(0) if server.statuses else 200
+                    answer = server.statuses.pop(0) if server.statuses else 200
+                    status, headers = answer if isinstance(answer, tuple) else (answer, {})
                     server.requests.append(
                         {
                             "path": self.path,
                             "status": status,
                             "content_type": self.headers.get("Content-Type"),
                             "body": json.loads(body) if body else None,
+                            "time": time.monotonic(),
                         }
                     )
                 if server.delay_s:
@@ -51,6 +54,8 @@ class WebhookServer:
                 # Echo the path back on errors, as some servers do: it must not reach our logs.
                 reply = b"ok" if status < 400 else f"bad request to {self.path}".encode()
                 self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
                 self.wfile.write(reply)

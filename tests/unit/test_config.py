@@ -206,3 +206,19 @@ def test_cli_config_show_is_json_on_stdout(
     assert main(["config", "show", "--config", str(path)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["notify"]["webhook_url"] == "<redacted>"
+
+
+@pytest.mark.parametrize("value", ["10", 10, 2.5])
+def test_bare_number_duration_says_it_was_taken_as_seconds(tmp_path: Path, value: object) -> None:
+    # GIVEN a duration without a unit (Slurm reads bare numbers as minutes)
+    text = f'"{value}"' if isinstance(value, str) else str(value)
+    path = write(tmp_path, f"[watch]\nstale_after = {text}\n")
+    # THEN it is taken as seconds (backward compatible) and a warning says so, with both spellings
+    settings = load_settings(path)
+    assert settings.watch.stale_after == float(value)
+    (warning,) = settings.warnings
+    assert warning.startswith("watch.stale_after: ") and "taken as" in warning
+    assert "seconds" in warning and "minutes" in warning
+    assert [p.severity for p in check_config(path)] == ["warning"]
+    # A unit leaves nothing to say.
+    assert load_settings(write(tmp_path, '[watch]\nstale_after = "10m"\n')).warnings == ()

@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from slurmdiag.errors import JobNotFound, JobNotRunning, SlurmUnavailable, UsageError
-from slurmdiag.slurm.discover import discover_job, job_ref_from_user, parse_slurm_version, to_job
+from slurmdiag.errors import JobNotFound, JobNotRunning, NotPermitted, SlurmUnavailable, UsageError
+from slurmdiag.slurm.discover import (
+    check_caller_may_attach,
+    discover_job,
+    job_ref_from_user,
+    parse_slurm_user,
+    parse_slurm_version,
+    to_job,
+)
 from slurmdiag.transport.run import CommandResult
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
@@ -129,3 +136,72 @@ def test_version_parsing():
     assert parse_slurm_version("slurm-wlm 22.05.8") == (22, 5)
     assert parse_slurm_version("slurm 25.11.0-1") == (25, 11)
     assert parse_slurm_version("garbage") is None
+
+
+# --------------------------------------------------------------------------------------------
+# Error paths a new user meets: no Slurm configuration, another user's job
+# --------------------------------------------------------------------------------------------
+
+
+def test_no_slurm_config_is_one_line_from_scontrols_fatal_line():
+    # GIVEN scontrol's real stderr without SLURM_CONF on a host without Slurm's DNS records
+    stderr = (FIXTURES / "scontrol_no_config_dns.stderr").read_text()
+    runner = FakeRunner([VERSION_2205, (["scontrol", "show"], (1, "", stderr))])
+    # WHEN the job is looked up
+    with pytest.raises(SlurmUnavailable) as info:
+        discover_job(job_ref_from_user("42"), runner)
+    # THEN one line taken from the fatal line, and the hint to set SLURM_CONF
+    assert info.value.message == "scontrol: Could not establish a configuration source"
+    assert "SLURM_CONF" in info.value.hint
+
+
+def test_slurm_conf_naming_no_file_fails_at_once(tmp_path, monkeypatch):
+    # GIVEN SLURM_CONF pointing nowhere (scontrol would retry for 60 s)
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing.conf"))
+    runner = FakeRunner([])
+    with pytest.raises(SlurmUnavailable) as info:
+        discover_job(job_ref_from_user("42"), runner)
+    assert "is not a file" in info.value.message and runner.calls == []
+
+
+def _running_job_of(owner: str):
+    from slurmdiag.slurm.parse import parse_scontrol_job
+
+    return parse_scontrol_job(job_text("RUNNING").replace("alice", owner))[0]
+
+
+def test_parse_slurm_user_from_a_real_show_config():
+    text = (FIXTURES / "local_22.05_show_config.txt").read_text()
+    assert parse_slurm_user(text) == "root"
+    assert parse_slurm_user("SlurmUser               = slurm(64030)\n") == "slurm"
+    assert parse_slurm_user("nothing") is None
+
+
+@pytest.mark.parametrize("caller, uid, slurm_user, allowed", [
+    ("alice", 1000, "slurm", True),  # the owner
+    ("root", 0, "slurm", True),  # root
+    ("slurm", 64030, "slurm", True),  # SlurmUser may add steps to any job
+    ("bob", 1001, "slurm", False),  # anyone else
+])
+def test_another_users_job_is_refused_before_any_step(caller, uid, slurm_user, allowed):
+    # GIVEN alice's running job and a caller
+    config = f"SlurmUser               = {slurm_user}(64030)\n"
+    runner = FakeRunner([(["scontrol", "show", "config"], (0, config, ""))])
+    job = _running_job_of("alice")
+    if allowed:
+        check_caller_may_attach(job, job_ref_from_user("42"), runner, caller=caller, uid=uid)
+        return
+    # THEN a one-line refusal naming the owner and what is needed (exit 11)
+    with pytest.raises(NotPermitted) as info:
+        check_caller_may_attach(job, job_ref_from_user("42"), runner, caller=caller, uid=uid)
+    assert "belongs to alice, not to bob" in info.value.message
+    assert "sudo -u alice" in info.value.hint and info.value.exit_code == 11
+
+
+def test_another_users_job_over_ssh_needs_the_owners_login():
+    job = _running_job_of("alice")
+    ref = job_ref_from_user("42")
+    check_caller_may_attach(job, ref, FakeRunner([]), caller="bob", uid=1001, transport="ssh",
+                            ssh_user="alice")
+    with pytest.raises(NotPermitted):
+        check_caller_may_attach(job, ref, FakeRunner([]), caller="bob", uid=1001, transport="ssh")

@@ -206,6 +206,22 @@ def test_srun_environment_drops_the_callers_job_context():
     assert srun_environment(env) == {"SLURM_CONF": "/etc/slurm/slurm.conf", "PATH": "/usr/bin"}
 
 
+def test_srun_environment_is_an_allowlist_secrets_stay_on_the_controller():
+    # GIVEN the controller's environment holds a webhook URL, tokens and the usual variables
+    from slurmdiag.transport.collect import PAYLOAD_ENV, node_environment
+
+    env = {"SLURMDIAG_WEBHOOK_URL": "https://hooks.example/T0/B0/s3cr3t",
+           "SLACK_URL": "https://hooks.slack.com/services/T/B/x", "GITHUB_TOKEN": "ghp_x",
+           "AWS_SECRET_ACCESS_KEY": "k", "PYTHONPATH": "/home/u/lib", "SSH_AUTH_SOCK": "/tmp/a",
+           "PATH": "/usr/bin", "HOME": "/root", "LANG": "C.UTF-8", "LC_ALL": "C",
+           "SLURM_CONF": "/etc/slurm/slurm.conf", "TMPDIR": "/scratch"}
+    # WHEN the step's environment is built
+    step = node_environment(env)
+    # THEN only the allowlisted names (and the collector's source) reach the nodes
+    assert set(step) == {"PATH", "HOME", "LANG", "LC_ALL", "SLURM_CONF", "TMPDIR", PAYLOAD_ENV}
+    assert not any("s3cr3t" in v or "ghp_" in v for v in step.values())
+
+
 def test_refused_ptrace_becomes_one_clear_node_error():
     # GIVEN (SYNTHETIC, from the real messages) py-spy and strace refused by the kernel
     doc = json.loads(json.dumps(REAL_DOC))

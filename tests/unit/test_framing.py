@@ -140,3 +140,13 @@ def test_valid_crc_over_garbage_is_undecodable() -> None:
     crc = f"{zlib.crc32(payload.encode()) & 0xFFFFFFFF:08x}"
     result = decode_frames(f"@SDG1 n 0 1 {crc} {payload}\n")
     assert result.damaged["n"].startswith("undecodable payload")
+
+
+def test_answered_node_is_told_by_the_last_chunk_only():
+    from slurmdiag.transport.framing import answered_node
+
+    lines = encode_frames("node007", {"x": "y" * 3000}, pid=12).splitlines()
+    assert [answered_node(line) for line in lines[:-1]] == [None] * (len(lines) - 1)
+    assert answered_node(lines[-1]) == "node007"
+    assert answered_node("  3: " + lines[-1]) == "node007"  # srun --label
+    assert answered_node("plain output of the job") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import json
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from slurmdiag.watch.notify import (
     compact_ranks,
     mattermost_payload,
     notify,
+    parse_retry_after,
     plain_text,
     send_payload,
     slack_payload,
@@ -189,6 +191,40 @@ def test_429_is_retried() -> None:
     with WebhookServer(statuses=[429, 429]) as server:
         result = send_payload(server.url, {"text": "x"}, retries=3, backoff=0.01)
     assert result.ok and result.attempts == 3
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_seconds_is_honoured(status: int) -> None:
+    # GIVEN a real server that answers 429/503 with Retry-After: 1, then 200
+    with WebhookServer(statuses=[(status, {"Retry-After": "1"})]) as server:
+        result = send_payload(server.url, {"text": "x"}, retries=3, backoff=0.01, max_time=10)
+    # THEN the second post waited the server's second, not our 10 ms backoff
+    assert result.ok and result.attempts == 2
+    first, second = server.requests
+    assert second["time"] - first["time"] >= 0.95
+
+
+def test_retry_after_http_date_is_honoured() -> None:
+    when = email.utils.formatdate(time.time() + 2, usegmt=True)  # whole seconds: 1-2 s away
+    with WebhookServer(statuses=[(429, {"Retry-After": when})]) as server:
+        result = send_payload(server.url, {"text": "x"}, retries=3, backoff=0.01, max_time=10)
+    assert result.ok and result.attempts == 2
+    assert server.requests[1]["time"] - server.requests[0]["time"] >= 0.9
+
+
+def test_retry_after_beyond_max_time_gives_up_at_once_and_says_why() -> None:
+    with WebhookServer(statuses=[(429, {"Retry-After": "120"})]) as server:
+        started = time.monotonic()
+        result = send_payload(server.url, {"text": "x"}, retries=3, backoff=0.01, max_time=5)
+    assert not result.ok and result.attempts == 1 and time.monotonic() - started < 2
+    assert "Retry-After 120 s is past notify.max_time" in (result.error or "")
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after("120") == 120.0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0
+    assert parse_retry_after("soon") is None and parse_retry_after(None) is None
 
 
 def test_unreachable_webhook_fails_within_the_bound_without_leaking_the_url() -> None:

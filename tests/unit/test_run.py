@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 from slurmdiag.transport.run import run_command
 
@@ -65,3 +66,25 @@ def test_stdout_lines_are_streamed_to_the_callback():
                 on_stdout_line=seen.append)
     # THEN the callback saw each line as it came
     assert seen == ["a", "b", "c"]
+
+
+def test_ctrl_c_ends_the_group_and_keeps_what_came(tmp_path):
+    # GIVEN a command in its own session that prints, then waits, and answers SIGTERM with a
+    # last word (as the collector sends its partial document), with a grandchild
+    script = ("echo partial; trap 'echo last-word; kill $s; exit 0' TERM; "
+              f"sleep 60 & s=$!; echo $s > {tmp_path}/grandchild; wait")
+
+    def ctrl_c(line: str) -> None:
+        if line == "partial":
+            raise KeyboardInterrupt
+
+    # WHEN Ctrl-C arrives while it runs
+    result = run_command(["sh", "-c", script], 30, on_stdout_line=ctrl_c)
+    # THEN the result says so, holds the output until then and the answer to SIGTERM
+    assert result.interrupted and not result.timed_out
+    assert result.stdout.split() == ["partial", "last-word"]
+    assert result.duration_s < 5
+    # AND nothing of the group is left
+    grandchild = int((tmp_path / "grandchild").read_text())
+    assert not Path(f"/proc/{grandchild}").exists() or "Z" in Path(
+        f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -39,6 +39,7 @@ from slurmdiag.watch.watchdog import (
     check_heartbeat,
     classify_verdicts,
     expand_output_path,
+    heartbeat_status,
     parse_slurm_duration,
     report_url_for,
     run_once,
@@ -640,6 +641,67 @@ def test_recovered_message_when_the_stuck_job_ends(world: World) -> None:
     assert [(o.job_id, o.status) for o in result.outcomes if o.job_id == HUNG] == [(HUNG, "ended")]
 
 
+def _fixture_postmortem(calls: list[str]):  # type: ignore[no-untyped-def]
+    """The real post-mortem of a real segfaulted job (sacct and log captured on the local cluster)."""
+    from slurmdiag.post_mortem.build import postmortem_job
+
+    pm = Path(__file__).resolve().parents[1] / "fixtures" / "postmortem"
+
+    def sacct(argv: list[str], timeout: float, **kwargs: Any) -> CommandResult:
+        name = "sacct_22.05_json_seg.json" if "--json" in argv else "sacct_22.05_parsable2_seg.txt"
+        return CommandResult(tuple(argv), 0, (pm / name).read_text(), "")
+
+    def postmortem(job_id: str, out_dir: Path, runner: Any) -> Snapshot:
+        calls.append(job_id)
+        return postmortem_job("703602", out_dir=out_dir, runner=sacct, cores=False,
+                              logs=(str(pm / "local_seg_job.out"),)).snapshot
+
+    return postmortem
+
+
+def test_postmortem_posted_once_when_an_alerted_job_ends_in_failure(world: World) -> None:
+    # GIVEN a job the watchdog alerted about as stuck
+    calls: list[str] = []
+    postmortem = _fixture_postmortem(calls)
+    with WebhookServer() as chat:
+        settings = world.settings(chat.url, kind="webhook")
+        world.run(settings, postmortem=postmortem)
+        # WHEN it ends (in failure: a rank segfaulted) and the next pass runs
+        world.slurm.jobs = [j for j in world.slurm.jobs if str(j["job_id"]) != HUNG]
+        world.clock.advance(300)
+        result = world.run(settings, postmortem=postmortem)
+        # THEN one post-mortem is posted instead of "recovered", naming the culprit, with a link
+        # to the post-mortem report
+        assert [b["event"] for b in chat.delivered] == ["stuck_job", "job_postmortem"]
+        body = chat.delivered[1]
+        assert body["job"]["id"] == HUNG and body["reason"] == "the job ended FAILED"
+        assert body["verdicts"][0]["kind"] == "rank_crashed"
+        assert body["verdicts"][0]["culprit_ranks"] == [3]
+        assert body["report_url"].startswith("https://reports.example.org/r/")
+        assert Path(body["report_path"]).is_file()
+        assert [(o.job_id, o.status) for o in result.outcomes if o.job_id == HUNG] == [(HUNG, "ended")]
+        # AND a later pass posts nothing more (the state records it)
+        world.clock.advance(300)
+        world.run(settings, postmortem=postmortem)
+        assert len(chat.delivered) == 2 and calls == [HUNG]
+    alerts = StateDB(settings.watch.state_db).alerts(HUNG)
+    assert [a.event for a in alerts] == ["stuck", "postmortem"]
+
+
+def test_no_postmortem_for_a_job_never_alerted_about(world: World) -> None:
+    # GIVEN a healthy job (never alerted) that ends
+    calls: list[str] = []
+    with WebhookServer() as chat:
+        settings = world.settings(chat.url, kind="webhook")
+        world.run(settings, postmortem=_fixture_postmortem(calls))
+        world.slurm.jobs = [j for j in world.slurm.jobs if str(j["job_id"]) != HEALTHY]
+        world.clock.advance(300)
+        world.run(settings, postmortem=_fixture_postmortem(calls))
+    # THEN no post-mortem is run or posted for it
+    assert HEALTHY not in calls
+    assert all(b["event"] != "job_postmortem" for b in chat.delivered)
+
+
 def test_a_stuck_job_missing_from_squeue_but_running_is_not_recovered(world: World) -> None:
     # GIVEN a stuck job that squeue leaves out once, while scontrol still shows it running
     with WebhookServer() as chat:
@@ -681,14 +743,24 @@ def test_no_recovered_message_when_disabled(world: World) -> None:
 def test_heartbeat_written_after_a_good_run(world: World) -> None:
     settings = world.settings()
     path = settings.watch.heartbeat_file
-    assert check_heartbeat(path, 1200, now=T0) == 2  # missing
+    assert check_heartbeat(path, 1200, now=T0) == 2  # missing: CRITICAL
     world.run(settings)
     data = json.loads(path.read_text())
     assert data["epoch"] == T0 and data["summary"]["stuck_jobs"] == [HUNG]
     assert check_heartbeat(path, 1200, now=T0 + 60) == 0
-    assert check_heartbeat(path, 1200, now=T0 + 1201) == 1  # stale
+    assert check_heartbeat(path, 1200, now=T0 + 1201) == 2  # stale: CRITICAL
     path.write_text("{not json")
-    assert check_heartbeat(path, 1200, now=T0) == 2
+    assert check_heartbeat(path, 1200, now=T0) == 3  # unreadable: UNKNOWN
+
+
+def test_heartbeat_of_a_pass_with_errors_is_a_warning(world: World) -> None:
+    # GIVEN a pass whose attach of one job failed (an error, not a dead watchdog)
+    world.attach.snapshots[HUNG] = TransportFailed("srun refused the step")
+    settings = world.settings()
+    world.run(settings)
+    # THEN the fresh heartbeat is a WARNING (1) naming the error, not OK and not CRITICAL
+    code, message = heartbeat_status(settings.watch.heartbeat_file, 1200, now=T0 + 60)
+    assert code == 1 and "srun refused the step" in message
 
 
 def test_cli_watch_once_and_check_heartbeat(
@@ -713,16 +785,21 @@ def test_cli_watch_once_and_check_heartbeat(
     assert f"job {HUNG} (llm-pretrain) stuck" in captured.err
     # The fake clock is ahead of the real one, so the heartbeat it wrote reads as fresh.
     assert main(["watch", "--check-heartbeat", "20m", "--config", str(config)]) == 0
-    assert "heartbeat fresh" in capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("SLURMDIAG WATCH OK - heartbeat fresh")
     heartbeat = world.tmp / "reports" / ".slurmdiag" / "heartbeat.json"
     data = json.loads(heartbeat.read_text())
     data["epoch"] = time.time() - 3600
     heartbeat.write_text(json.dumps(data))
-    assert main(["watch", "--check-heartbeat", "20m", "--config", str(config)]) == 1
+    assert main(["watch", "--check-heartbeat", "20m", "--config", str(config)]) == 2  # stale
+    assert "CRITICAL - heartbeat is stale" in capsys.readouterr().out
     heartbeat.unlink()
     assert main(["watch", "--check-heartbeat", "20m", "--config", str(config)]) == 2
-    assert main(["watch", "--config", str(config)]) == 2  # --once is required
-    assert main(["watch", "--check-heartbeat", "soon", "--config", str(config)]) == 2
+    assert main(["watch", "--config", str(config)]) == 2  # --once is required: a usage error
+    # A bad MAXAGE or config is UNKNOWN (3): the monitoring convention, never CRITICAL.
+    capsys.readouterr()
+    assert main(["watch", "--check-heartbeat", "soon", "--config", str(config)]) == 3
+    assert "UNKNOWN" in capsys.readouterr().out
+    assert main(["watch", "--check-heartbeat", "20m", "--config", str(world.tmp / "no")]) == 3
 
 
 # --------------------------------------------------------------------------------------------

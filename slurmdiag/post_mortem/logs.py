@@ -1,0 +1,287 @@
+"""What each rank said before it ended: per-rank events in the job's logs, in the order written.
+
+A log is read as the launcher wrote it: ``srun --label`` prefixes (``3: ``), torch's ``[rank3]:``
+prefixes, or neither (then only srun's own ``task 3`` lines and torch's prefixes name a rank).
+Per-rank files (torchrun ``--log-dir``/``--tee``, submitit's ``<job>_<task>_log.err``) carry
+their rank in the file name. Events are ordered by where they were written: srun merges the
+tasks' output as it arrives, so a line earlier in the file happened earlier; across separate
+files the order is each file's own.
+
+An event is a *cause* (a crash, an exception, a timeout, a kill) or a *consequence* (a peer's
+connection closed, srun terminating the rest of the step): the first error in time that is a
+cause names the culprit, not the loudest one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmdiag.logs import read_head_and_tail
+from slurmdiag.parsers.job_log import parse_python_tracebacks
+from slurmdiag.parsers.nccl_log import parse_nccl_log
+from slurmdiag.snapshot import LogFinding
+
+LAST_LINES = 12
+
+_LABEL = re.compile(r"^\s*(?P<label>\d+): ")
+_TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:")
+# torchrun --tee: "[default1]:" (the LOCAL rank: a global rank only with the node's offset)
+_TORCHRUN_TEE = re.compile(r"^\[default(?P<local>\d+)\]:")
+_TASK = re.compile(r"srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+)$")
+_STEPD_CANCEL = re.compile(
+    r"\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
+    r"(?: DUE TO (?P<due>[A-Z ]+?))?(?: \*\*\*| by| \(|$)"
+)
+_CANCELLED_BY = re.compile(r"CANCELLED AT \S+ (?:DUE TO [A-Z ]+ )?by (?:UID )?(?P<who>\S+)")
+_OOM = re.compile(r"Detected (?P<count>\d+) oom[_-]kill event|oom[_-]kill|Out Of Memory", re.IGNORECASE)
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<dir>recv|send) operation")
+_PEER_LOST = re.compile(
+    r"Connection (?:closed|reset) by peer|remote worker crashing|Broken pipe|"
+    r"ProcessGroupGloo.*(?:closed|reset)|Socket Timeout|recvValue failed|Connection refused"
+)
+_FATAL_SIGNAL = re.compile(r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|"
+                           r"Floating point exception|Illegal instruction)")
+_SIGNAL_WORDS = {
+    "Segmentation fault": 11, "Aborted": 6, "Bus error": 7, "Floating point exception": 8,
+    "Illegal instruction": 4, "Killed": 9, "Terminated": 15,
+}
+
+
+@dataclass(frozen=True)
+class RankLogs:
+    """Everything read from the job's logs: findings in written order and each rank's last lines."""
+
+    findings: tuple[LogFinding, ...] = ()
+    last_lines: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    unreadable: tuple[str, ...] = ()
+    labelled: bool = False
+
+
+def _expand(tasks: str) -> list[int]:
+    out: list[int] = []
+    for part in tasks.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            out.extend(range(int(low), int(high or low) + 1))
+    return out[:100000]
+
+
+def _line_rank(raw: str) -> tuple[int | None, str]:
+    """The rank a line belongs to (srun label, then torch's prefix) and the line without them."""
+    rank: int | None = None
+    label = _LABEL.match(raw)
+    if label:
+        rank = int(label.group("label"))
+        raw = raw[label.end():]
+    tee = _TORCHRUN_TEE.match(raw)
+    if tee:
+        raw = raw[tee.end():]
+    torch_prefix = _TORCH_RANK.match(raw)
+    if torch_prefix:
+        rank = int(torch_prefix.group("rank"))
+        raw = raw[torch_prefix.end():]
+        raw = raw.removeprefix(" ")  # torch adds one space; keep indentation
+    return rank, raw
+
+
+def _signal_of(what: str) -> int | None:
+    for word, number in _SIGNAL_WORDS.items():
+        if word in what:
+            return number
+    match = re.search(r"signal (\d+)", what)
+    return int(match.group(1)) if match else None
+
+
+def _collective_of(frames: str) -> str | None:
+    """The torch.distributed call a traceback was in (innermost frame in distributed_c10d)."""
+    for entry in reversed(frames.splitlines()):
+        path, _, rest = entry.partition(":")
+        if path.endswith("distributed_c10d.py"):
+            return rest.partition(":")[2] or None
+    return None
+
+
+def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[list[LogFinding], dict[int, list[str]], bool]:
+    """One log's findings (each with ``fields['order']``-ready line numbers) and per-rank tails.
+
+    ``rank``: the rank a per-rank file belongs to (its lines carry no prefix).
+    """
+    findings: list[LogFinding] = []
+    tails: dict[int, list[str]] = {}
+    labelled = False
+    # One prefix form for the traceback parser: "N: line" (srun's label and torch's [rankN]:
+    # both present would otherwise hide every traceback), the same line numbers.
+    normalized: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line_rank, line = _line_rank(raw)
+        if _LABEL.match(raw):
+            labelled = True
+        owner = line_rank if line_rank is not None else rank
+        normalized.append(f"{owner}: {line}" if owner is not None else line)
+        if owner is not None and line.strip():
+            tail = tails.setdefault(owner, [])
+            tail.append(line.rstrip()[:300])
+            if len(tail) > LAST_LINES:
+                del tail[0]
+        task = _TASK.search(line)
+        if task:
+            what = task.group("what").strip()
+            kind = "task_terminated" if "Terminated" in what else "task_exit"
+            for task_rank in _expand(task.group("tasks")):
+                fields = {"exit": what[:200]}
+                sig = _signal_of(what)
+                if sig and kind == "task_exit":
+                    fields["signal"] = str(sig)
+                code = re.search(r"exit code (\d+)", what)
+                if code:
+                    fields["exit_code"] = code.group(1)
+                findings.append(LogFinding(source, number, kind, line.strip()[:500], task_rank,
+                                           task.group("node"), fields))
+            continue
+        cancel = _STEPD_CANCEL.search(line)
+        if cancel:
+            fields = {"scope": cancel.group("what").lower(), "id": cancel.group("id"),
+                      "at": cancel.group("at")}
+            if cancel.group("due"):
+                fields["due_to"] = cancel.group("due").strip()
+            who = _CANCELLED_BY.search(line)
+            if who:
+                fields["by"] = who.group("who").rstrip("*").strip()
+            findings.append(LogFinding(source, number, "slurm_cancel", line.strip()[:500], None,
+                                       cancel.group("node"), fields))
+            continue
+        if "slurmstepd" in line and _OOM.search(line):
+            findings.append(LogFinding(source, number, "oom_kill", line.strip()[:500], owner, None, {}))
+            continue
+        fatal = _FATAL_SIGNAL.search(line)
+        if fatal:
+            findings.append(LogFinding(source, number, "fatal_signal", line.strip()[:500], owner, None,
+                                       {"signal": str(_SIGNAL_WORDS[fatal.group("what")])}))
+    # Tracebacks: the exception line decides whether it is a cause or a consequence.
+    normalized_text = "\n".join(normalized)
+    for finding in parse_python_tracebacks(normalized_text, source=source):
+        exc_rank = finding.rank if finding.rank is not None else rank
+        fields = dict(finding.fields)
+        timeout = _GLOO_TIMEOUT.search(finding.text)
+        kind = "exception"
+        if timeout:
+            kind = "collective_timeout"
+            fields.update(timeout_ms=timeout.group("ms"), direction=timeout.group("dir"))
+        elif _PEER_LOST.search(finding.text):
+            kind = "peer_lost"
+        collective = _collective_of(fields.get("frames", ""))
+        if collective:
+            fields["op"] = collective
+        # the exception line is where it was printed: the end of the block, for ordering
+        end = _exception_line(normalized_text, finding)
+        fields["start_line"] = str(finding.line_no)
+        findings.append(LogFinding(source, end, kind, finding.text, exc_rank, None, fields))
+    for finding in parse_nccl_log(text, source=source):
+        if finding.kind == "watchdog_timeout":
+            fields = dict(finding.fields)
+            owner = finding.rank if finding.rank is not None else rank
+            findings.append(LogFinding(source, finding.line_no, "collective_timeout", finding.text,
+                                       owner, finding.host, fields))
+    findings.sort(key=lambda f: f.line_no)
+    return findings, tails, labelled
+
+
+def _exception_line(text: str, finding: LogFinding) -> int:
+    """The line number of a traceback's exception line (its block starts at finding.line_no)."""
+    lines = text.splitlines()
+    for number in range(finding.line_no, min(len(lines), finding.line_no + 400)):
+        if finding.text and finding.text in lines[number - 1]:
+            return number
+    return finding.line_no
+
+
+_PER_RANK_FILE = (
+    # submitit: <job>_<task>_log.out / .err
+    re.compile(r"^(?P<job>\d+)(?:_\d+)?_(?P<rank>\d+)_log\.(?:out|err)$"),
+    # torchrun --log-dir: .../attempt_N/<local_rank>/stdout.log|stderr.log (local rank only)
+)
+
+
+def per_rank_files(directory: str, job_id: str, *, limit: int = 4096) -> list[tuple[str, int]]:
+    """submitit's per-task files for the job under ``directory`` (one level of subfolders)."""
+    found: list[tuple[str, int]] = []
+    root = Path(directory)
+    try:
+        candidates = list(root.glob(f"{job_id}_*_log.*")) + list(root.glob(f"*/{job_id}_*_log.*"))
+    except OSError:
+        return []
+    for path in sorted(candidates)[:limit]:
+        match = _PER_RANK_FILE[0].match(path.name)
+        if match and match.group("job") == job_id.split("_")[0]:
+            found.append((str(path), int(match.group("rank"))))
+    return found
+
+
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+MAX_LOG_FILES = 4096
+
+
+def files_under(directory: str, max_depth: int = 5) -> list[str]:
+    """Log files under a directory (torchrun --log-dir: <run>/attempt_N/<local_rank>/std*.log)."""
+    found: list[str] = []
+    root_depth = directory.rstrip("/").count("/")
+    for current, dirs, files in os.walk(directory):
+        if current.count("/") - root_depth >= max_depth:
+            dirs[:] = []
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(LOG_SUFFIXES):
+                found.append(os.path.join(current, name))
+                if len(found) >= MAX_LOG_FILES:
+                    return found
+    return found
+
+
+def read_rank_logs(paths: Iterable[tuple[str, int | None]]) -> RankLogs:
+    """Read each log (head and tail), parse it, merge the findings in file order."""
+    findings: list[LogFinding] = []
+    tails: dict[int, list[str]] = {}
+    sources: list[str] = []
+    unreadable: list[str] = []
+    labelled = False
+    # Separate files are ordered among themselves by when they were last written: the rank
+    # that stopped writing first ended first.
+    ordered = sorted(dict.fromkeys(paths), key=lambda p: _mtime(p[0]))
+    for index, (path, rank) in enumerate(ordered):
+        text = read_head_and_tail(path)
+        if text is None:
+            unreadable.append(path)
+            continue
+        sources.append(path)
+        file_findings, file_tails, file_labelled = parse_rank_log(text, path, rank)
+        labelled = labelled or file_labelled
+        for finding in file_findings:
+            findings.append(LogFinding(finding.source, finding.line_no, finding.kind, finding.text,
+                                       finding.rank, finding.host,
+                                       {**finding.fields, "order": f"{index}:{finding.line_no}"}))
+        for owner, lines in file_tails.items():
+            tails.setdefault(owner, []).extend(lines)
+    return RankLogs(
+        findings=tuple(findings),
+        last_lines={r: tuple(lines[-LAST_LINES:]) for r, lines in sorted(tails.items())},
+        sources=tuple(sources),
+        unreadable=tuple(unreadable),
+        labelled=labelled,
+    )
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def order_key(finding: LogFinding) -> tuple[int, int]:
+    file_index, _, line = finding.fields.get("order", "0:0").partition(":")
+    return int(file_index or 0), int(line or finding.line_no)

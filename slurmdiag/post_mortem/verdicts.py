@@ -1,0 +1,309 @@
+"""Verdicts for a finished job: which rank failed first and why, and who only died of it.
+
+Pure: a function of Slurm's record, the ranks' log findings (in written order) and the cores.
+
+Kinds: ``rank_crashed`` (a fatal signal such as SIGSEGV), ``rank_killed`` (SIGKILL from outside:
+the OOM killer, an administrator, a health check), ``out_of_memory``, ``rank_exception`` (a Python
+exception that is not a lost peer), ``collective_timeout`` (ranks timed out waiting in a
+collective; the culprits are the ranks that never reached it), ``node_failure``, ``time_limit``,
+``cancelled`` (by a user: not a failure), ``completed``, ``unexplained`` (Slurm says it failed,
+the logs do not say why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from slurmdiag.analysis.stacks import is_user_file
+from slurmdiag.post_mortem.cores import CoreStack
+from slurmdiag.post_mortem.logs import order_key
+from slurmdiag.post_mortem.record import SlurmRecord
+from slurmdiag.slurm.parse import format_int_ranges
+from slurmdiag.slurm.sacct import signal_name
+from slurmdiag.snapshot import LogFinding, Verdict
+
+# What an event says about its rank: a cause, or a consequence of another rank's end.
+CAUSES = ("fatal_signal", "task_exit", "exception", "collective_timeout", "oom_kill")
+CONSEQUENCES = ("peer_lost", "task_terminated")
+
+NEXT_STEPS = {
+    "rank_crashed": "open the culprit's native stack (core file) at the crashing frame; the other "
+                    "ranks only lost their peer",
+    "rank_killed": "check the node's kernel log (dmesg: oom-kill) and the job's memory use "
+                   "(sacct -o MaxRSS); ask the admins whether a health check killed it",
+    "out_of_memory": "lower the memory per rank (batch size, activation checkpointing) or ask "
+                     "for more (--mem)",
+    "rank_exception": "fix the exception at the culprit's site; the other ranks only lost their peer",
+    "collective_timeout": "look at what the culprit ranks were doing instead of the collective "
+                          "(their last lines, Flight Recorder); next time run 'slurmdiag attach' "
+                          "or 'slurmdiag watch' before the timeout fires",
+    "node_failure": "ask the admins about the node (scontrol show node, its slurmd log); "
+                    "resubmit excluding it (--exclude)",
+    "time_limit": "the job was still running when its time limit ended it: if it hung, run "
+                  "'slurmdiag watch' (or attach before the limit) to see where",
+    "cancelled": "nothing to fix: a user or an administrator cancelled the job",
+    "unexplained": "read the job's full log and the nodes' slurmd logs; pass other logs with --log",
+}
+
+
+def _label(ranks: Iterable[int]) -> str:
+    ranks = sorted(set(ranks))
+    return ("rank " if len(ranks) == 1 else "ranks ") + format_int_ranges(ranks)
+
+
+def _user_site_of_frames(frames_text: str) -> str | None:
+    for entry in reversed(frames_text.splitlines()):
+        path, _, rest = entry.partition(":")
+        if path and is_user_file(path):
+            return f"{path}:{rest.partition(':')[0]}"
+    return None
+
+
+def core_site(core: CoreStack) -> str | None:
+    for frame in core.frames:  # innermost first
+        if not frame.native and is_user_file(frame.file):
+            return f"{frame.file}:{frame.line}"
+    return None
+
+
+def _is_cause(finding: LogFinding) -> bool:
+    if finding.kind == "task_exit":
+        # "Exited with exit code 1" after a traceback is that traceback's; only a signal counts
+        return "signal" in finding.fields
+    return finding.kind in CAUSES
+
+
+def first_cause(findings: Sequence[LogFinding]) -> LogFinding | None:
+    """The earliest finding (in written order) that is a cause, before any cancel or time limit."""
+    for finding in sorted(findings, key=order_key):
+        if finding.kind == "slurm_cancel":
+            return None
+        if _is_cause(finding) and finding.rank is not None:
+            return finding
+    return None
+
+
+def _victims(findings: Sequence[LogFinding], culprits: set[int]) -> list[int]:
+    return sorted({f.rank for f in findings if f.rank is not None and f.rank not in culprits
+                   and f.kind in (*CONSEQUENCES, "task_exit", "exception")})
+
+
+def _cancel_finding(findings: Sequence[LogFinding]) -> LogFinding | None:
+    cancels = [f for f in findings if f.kind == "slurm_cancel"]
+    return min(cancels, key=order_key) if cancels else None
+
+
+def _cite(finding: LogFinding) -> str:
+    return f"{finding.source}:{finding.line_no}: {finding.text[:300]}"
+
+
+def postmortem_verdicts(
+    record: SlurmRecord,
+    findings: Sequence[LogFinding],
+    cores: Sequence[CoreStack],
+    last_lines: Mapping[int, Sequence[str]],
+    world_size: int | None,
+    flight: Mapping[str, object] | None = None,
+) -> list[Verdict]:
+    job = record.job
+    verdicts: list[Verdict] = []
+    states = {job.state, *(s.state for s in record.steps)}
+    cancel = _cancel_finding(findings)
+    cause = first_cause(findings)
+    cores_by_rank: dict[int, CoreStack] = {c.rank: c for c in cores if c.rank is not None}
+
+    if cause is not None:
+        verdicts.append(_cause_verdict(cause, findings, cores_by_rank, last_lines, world_size,
+                                       flight, states))
+    elif cores_by_rank:
+        # a core but no log line: the crash is the core's
+        rank, core = min(cores_by_rank.items())
+        verdicts.append(_crash_verdict(rank, core, None, findings, last_lines))
+
+    if "NODE_FAIL" in states:
+        node = job.failed_node or job.nodes or "?"
+        verdicts.append(Verdict(
+            kind="node_failure", severity="critical",
+            summary=f"Slurm marked the job NODE_FAIL: node {node} stopped answering",
+            evidence=tuple(f"step {s.step_id}: {s.state}" for s in record.steps[:6]),
+            next_step=NEXT_STEPS["node_failure"]))
+    if "OUT_OF_MEMORY" in states and not any(v.kind == "out_of_memory" for v in verdicts):
+        steps = [s.step_id for s in record.steps if s.state == "OUT_OF_MEMORY"]
+        verdicts.append(Verdict(
+            kind="out_of_memory", severity="critical",
+            summary=f"Slurm recorded OUT_OF_MEMORY for {', '.join(steps) or 'the job'}",
+            evidence=tuple(_cite(f) for f in findings if f.kind == "oom_kill")[:4],
+            next_step=NEXT_STEPS["out_of_memory"]))
+    due = (cancel.fields.get("due_to") if cancel else None) or ""
+    if job.state == "TIMEOUT" or "TIME LIMIT" in due:
+        verdicts.append(Verdict(
+            kind="time_limit", severity="critical",
+            summary=f"the job ran into its time limit ({job.time_limit or '?'}) and Slurm ended it"
+                    + (f" after {job.elapsed_s} s" if job.elapsed_s else ""),
+            evidence=tuple(_last_line_evidence(last_lines)) + ((_cite(cancel),) if cancel else ()),
+            next_step=NEXT_STEPS["time_limit"]))
+    elif job.state == "CANCELLED":
+        # (a step cancelled by srun -K/--kill-on-bad-exit is not a user's cancel: the job FAILED)
+        who = job.cancelled_by or (cancel.fields.get("by") if cancel else None)
+        verdicts.append(Verdict(
+            kind="cancelled", severity="info",
+            summary=f"the job was cancelled by {_who(who)}: not a failure"
+                    + (" (a rank had failed before: see above)" if cause else ""),
+            evidence=((_cite(cancel),) if cancel else ()) + tuple(_last_line_evidence(last_lines))[:4],
+            next_step=NEXT_STEPS["cancelled"]))
+    if job.state == "COMPLETED" and not verdicts:
+        verdicts.append(Verdict(kind="completed", severity="info",
+                                summary=f"the job completed (exit code {job.exit_code or 0})"))
+    if not verdicts:
+        verdicts.append(Verdict(
+            kind="unexplained", severity="warning",
+            summary=f"Slurm says {job.state}"
+                    + (f" (exit code {job.exit_code}" + (f", {signal_name(job.signal)}" if job.signal else "") + ")"
+                       if job.exit_code is not None else "")
+                    + "; the logs read do not say which rank failed first",
+            evidence=tuple(_last_line_evidence(last_lines)),
+            next_step=NEXT_STEPS["unexplained"]))
+    return verdicts
+
+
+def _who(who: str | None) -> str:
+    if who is None:
+        return "a user"
+    if who == "0":
+        return "root (uid 0)"
+    return f"uid {who}" if who.isdigit() else who
+
+
+def _last_line_evidence(last_lines: Mapping[int, Sequence[str]], per_rank: int = 1) -> list[str]:
+    return [f"rank {rank} last wrote: {lines[-1][:200]}" for rank, lines in sorted(last_lines.items())
+            if lines][:16]
+
+
+def _cause_verdict(
+    cause: LogFinding,
+    findings: Sequence[LogFinding],
+    cores_by_rank: Mapping[int, CoreStack],
+    last_lines: Mapping[int, Sequence[str]],
+    world_size: int | None,
+    flight: Mapping[str, object] | None,
+    states: set[str],
+) -> Verdict:
+    rank = cause.rank
+    assert rank is not None
+    if cause.kind == "collective_timeout":
+        return _timeout_verdict(findings, last_lines, world_size, flight)
+    signal = int(cause.fields.get("signal", "0") or 0)
+    if cause.kind in ("fatal_signal", "task_exit") and signal == 9:
+        oom = any(f.kind == "oom_kill" for f in findings) or "OUT_OF_MEMORY" in states
+        victims = _victims(findings, {rank})
+        return Verdict(
+            kind="out_of_memory" if oom else "rank_killed", severity="critical",
+            summary=(f"rank {rank} was killed by SIGKILL"
+                     + (" (out of memory)" if oom else " from outside (OOM killer, admin, health check)")
+                     + (f" on {cause.host}" if cause.host else "") + " first"
+                     + (f"; {_label(victims)} only died because of it" if victims else "")),
+            culprit_ranks=(rank,),
+            evidence=(_cite(cause), *_rank_tail(rank, last_lines)),
+            next_step=NEXT_STEPS["out_of_memory" if oom else "rank_killed"])
+    if cause.kind in ("fatal_signal", "task_exit"):
+        return _crash_verdict(rank, cores_by_rank.get(rank), cause, findings, last_lines)
+    if cause.kind == "oom_kill":
+        return Verdict(kind="out_of_memory", severity="critical",
+                       summary=f"the kernel's OOM killer ended a process of rank {rank}",
+                       culprit_ranks=(rank,), evidence=(_cite(cause),),
+                       next_step=NEXT_STEPS["out_of_memory"])
+    victims = _victims(findings, {rank})
+    site = _user_site_of_frames(cause.fields.get("frames", "")) or cause.fields.get("site")
+    return Verdict(
+        kind="rank_exception", severity="critical",
+        summary=f"rank {rank} failed first: {cause.text[:200]}"
+                + (f"; {_label(victims)} only died because of it" if victims else ""),
+        culprit_ranks=(rank,), sites=(site,) if site else (),
+        evidence=(_cite(cause), *_rank_tail(rank, last_lines)),
+        next_step=NEXT_STEPS["rank_exception"])
+
+
+def _rank_tail(rank: int, last_lines: Mapping[int, Sequence[str]], count: int = 5) -> tuple[str, ...]:
+    return tuple(f"rank {rank}: {line[:200]}" for line in list(last_lines.get(rank, ()))[-count:])
+
+
+def _crash_verdict(
+    rank: int,
+    core: CoreStack | None,
+    cause: LogFinding | None,
+    findings: Sequence[LogFinding],
+    last_lines: Mapping[int, Sequence[str]],
+) -> Verdict:
+    signal = int(cause.fields.get("signal", "0") or 0) if cause else 0
+    name = signal_name(signal) or (core.reason if core and core.reason else "a fatal signal")
+    victims = _victims(findings, {rank})
+    site = core_site(core) if core else None
+    evidence: list[str] = [_cite(cause)] if cause else []
+    if core is not None:
+        if core.frames:
+            evidence.append(f"core {core.path} ({core.tool}): "
+                            + (core.reason or "crashing thread") + "; innermost frames:")
+            # the Python frames first (they name the code), then the innermost native ones
+            python = [f for f in core.frames if not f.native][:5]
+            native = [f for f in core.frames if f.native][:4]
+            evidence.extend(f"  {f.function} at {f.file}:{f.line or '?'}" for f in python + native)
+        else:
+            evidence.append(f"core {core.path}: no stack ({core.message})")
+    evidence.extend(_rank_tail(rank, last_lines))
+    return Verdict(
+        kind="rank_crashed", severity="critical",
+        summary=f"rank {rank} crashed first with {name}"
+                + (f" on {cause.host}" if cause and cause.host else "")
+                + (" (core dumped)" if cause and "core dumped" in cause.text else "")
+                + (f"; {_label(victims)} only died because of it" if victims else ""),
+        culprit_ranks=(rank,), sites=(site,) if site else (),
+        evidence=tuple(evidence),
+        next_step=NEXT_STEPS["rank_crashed"])
+
+
+def _timeout_verdict(
+    findings: Sequence[LogFinding],
+    last_lines: Mapping[int, Sequence[str]],
+    world_size: int | None,
+    flight: Mapping[str, object] | None,
+) -> Verdict:
+    timeouts = [f for f in findings if f.kind == "collective_timeout" and f.rank is not None]
+    timed_out = sorted({f.rank for f in timeouts if f.rank is not None})
+    first = min(timeouts, key=order_key)
+    op = first.fields.get("op") or "a collective"
+    ms = first.fields.get("timeout_ms")
+    seq = first.fields.get("seq")
+    flight_info = dict(flight or {})
+    if seq is None and flight_info.get("last_seq") is not None:
+        seq = str(flight_info["last_seq"])
+    known = set(last_lines) | {f.rank for f in findings if f.rank is not None}
+    everyone = set(range(world_size)) if world_size else known
+    # A rank whose Flight Recorder dump shows it entered the collective, and that said nothing
+    # else, was a waiter cut short before it printed its timeout. A rank that reached it late
+    # (its error came after the others' timeouts, e.g. their connections were gone) stays.
+    # With the dumps' creation times a rank that entered in time is a waiter even if it then
+    # lost a peer before it could time out; without them, only a silent one is.
+    reached = {int(r) for r in flight_info.get("reached_ranks") or ()}  # type: ignore[attr-defined]
+    spoke = {f.rank for f in findings if f.kind in ("peer_lost", "exception")}
+    exonerated = reached if flight_info.get("timed") else reached - spoke
+    culprits = sorted(everyone - set(timed_out) - exonerated)
+    cut_short = sorted({f.rank for f in findings if f.kind == "task_terminated" and f.rank in culprits
+                        and f.rank is not None})
+    where = f"{op}" + (f" (collective #{seq})" if seq else "") + (f" after {int(ms) // 1000} s" if ms else "")
+    summary = f"{_label(timed_out)} timed out waiting in {where}"
+    if culprits:
+        summary += f"; {_label(culprits)} never reached it"
+    evidence = [_cite(first)]
+    if cut_short:
+        evidence.append(f"{_label(cut_short)} were terminated by srun before they could report: "
+                        "a culprit among them cannot be told from a waiter without their "
+                        "Flight Recorder dumps")
+    for rank in culprits[:4]:
+        evidence.extend(_rank_tail(rank, last_lines, 3))
+    if flight_info.get("summary"):
+        evidence.append(str(flight_info["summary"]))
+    site = _user_site_of_frames(first.fields.get("frames", ""))
+    return Verdict(
+        kind="collective_timeout", severity="critical", summary=summary,
+        culprit_ranks=tuple(culprits), sites=(site,) if site else (),
+        evidence=tuple(evidence), next_step=NEXT_STEPS["collective_timeout"])

@@ -1,0 +1,92 @@
+"""Post-mortem scenarios: a job that ENDS, in one of the ways jobs end on real clusters.
+
+The same small data-parallel loop as the hang scenarios (gloo, CPU, 2 nodes x 2 ranks); rank
+3 is the culprit at step 3 unless said otherwise. POSTMORTEM_MODE chooses how the job ends:
+
+- ``segfault``: rank 3 dereferences NULL through ctypes (SIGSEGV, core dumped under
+  ``ulimit -c unlimited``); the others fail in gloo with "Connection closed by peer".
+- ``gloo_timeout``: rank 3 stalls in ``load_next_shard`` (a stuck read, POSTMORTEM_STALL_S);
+  the others wait in the step's all_reduce until the process group's timeout
+  (POSTMORTEM_PG_TIMEOUT_S, 20 s) and raise; each dumps its Flight Recorder buffer to
+  ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` first, as NCCL's watchdog does on timeout (gloo has no such
+  dump of its own). When rank 3's read returns, its all_reduce finds its peers gone.
+- ``stall``: rank 3 stalls in ``load_next_shard`` as above with the default 2 h timeout; the
+  test kills it with a signal (the OOM killer's SIGKILL), or cancels the job, or lets the
+  time limit end it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+from datetime import timedelta
+
+import _harness as harness
+import _training as training
+import torch
+import torch.distributed as dist
+
+CULPRIT_RANK = 3
+CULPRIT_STEP = 3
+STEPS = 1000
+#: How long the culprit's read stalls: past the others' 20 s timeout in gloo_timeout mode.
+STALL_SECONDS = float(os.environ.get("POSTMORTEM_STALL_S", "3600"))
+
+
+def load_next_shard(step: int) -> None:
+    """Read the next shard from the shared filesystem (stalls on the culprit rank)."""
+    time.sleep(STALL_SECONDS)  # CULPRIT
+
+
+def decode_sample(buffer: int) -> bytes:
+    """Decode a sample from a native buffer (a dangling one crashes the process)."""
+    return ctypes.string_at(buffer, 16)  # CULPRIT
+
+
+def dump_flight_recorder(rank: int) -> None:
+    """What NCCL's watchdog does on a timeout: the Flight Recorder buffer to a per-rank file."""
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    if not prefix:
+        return
+    data = torch._C._distributed_c10d._dump_fr_trace()
+    with open(f"{prefix}{rank}", "wb") as fh:
+        fh.write(data)
+
+
+def main() -> None:
+    info = harness.setup()
+    mode = os.environ.get("POSTMORTEM_MODE", "segfault")
+    torch.set_num_threads(1)
+    os.environ.setdefault("MASTER_ADDR", harness.master_address())
+    os.environ.setdefault("MASTER_PORT", str(harness.derived_ports(harness.job_id())[0]))
+    timeout_s = float(os.environ.get("POSTMORTEM_PG_TIMEOUT_S", "20")) if mode == "gloo_timeout" else 7200
+    dist.init_process_group(backend="gloo", rank=info.rank, world_size=info.world_size,
+                            timeout=timedelta(seconds=timeout_s))
+    model = training.build_model()
+    for step in range(STEPS):
+        if step == CULPRIT_STEP and info.rank == CULPRIT_RANK:
+            harness.report_ready(info, f"step {step}: {mode}", role="culprit")
+            if mode == "segfault":
+                decode_sample(8)  # a freed buffer's address
+            else:
+                load_next_shard(step)
+        if step == CULPRIT_STEP and info.rank != CULPRIT_RANK:
+            harness.report_ready(info, f"step {step}: all_reduce", role="waiting")
+        try:
+            loss = training.train_step(model, training.synthetic_batch(info.rank, step))  # WAITING
+        except RuntimeError:
+            if mode == "gloo_timeout":
+                # every rank whose collective failed dumps, as NCCL's ranks all do once one of
+                # them times out (its watchdog tells the others through the store)
+                dump_flight_recorder(info.rank)
+            raise
+        harness.log(info, f"step {step} loss {loss:.4f}")
+        time.sleep(0.2)
+    dist.destroy_process_group()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Submit a post-mortem scenario: a job that ENDS (crash, timeout, kill, cancel, time limit).
+
+    run = submit("postmortem_segfault", state_dir)   # sbatch; its working directory is state_dir
+    run.wait_ready(timeout=90)                        # every rank at step 3 (rank<R>.json)
+    run.wait_ended(timeout=150)                       # the job left squeue
+
+Ground truth: tests/scenarios/postmortem/<name>.json. The job runs with ``ulimit -c unlimited``
+and ``--chdir`` = state_dir, so a crashing rank's core lands there (delete it: ~170 MB).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scenarios.launch import NICENESS, SCENARIO_DIR, ScenarioError, submission_environment
+
+POSTMORTEM_DIR = Path(__file__).resolve().parent
+REPO_ROOT = POSTMORTEM_DIR.parents[2]
+#: The gloo_timeout scenario's process-group timeout (seconds).
+PG_TIMEOUT_S = 20
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in POSTMORTEM_DIR.glob("postmortem_*.json"))
+
+
+def load_truth(name: str) -> dict[str, Any]:
+    return json.loads((POSTMORTEM_DIR / f"{name}.json").read_text())
+
+
+def batch_script(truth: dict[str, Any], state_dir: Path, python: str) -> str:
+    program = REPO_ROOT / truth["program"]
+    env = {
+        "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(SCENARIO_DIR), "SLURMDIAG_SCENARIO_DIR": str(state_dir),
+        "POSTMORTEM_MODE": truth["mode"], "POSTMORTEM_PG_TIMEOUT_S": str(PG_TIMEOUT_S),
+    }
+    if truth.get("stall_s"):
+        env["POSTMORTEM_STALL_S"] = str(truth["stall_s"])
+    if truth.get("flight_recorder"):
+        env["TORCH_FR_DUMP_TEMP_FILE"] = str(state_dir / "fr-")
+        env["TORCH_FR_BUFFER_SIZE"] = "2000"
+    srun = ["srun", *truth["srun_args"], f"--nodes={truth['nodes']}",
+            f"--ntasks-per-node={truth['ntasks_per_node']}", "nice", "-n", str(NICENESS),
+            python, "-u", str(program)]
+    return "\n".join([
+        "#!/bin/bash",
+        f"# post-mortem scenario {truth['name']}, written by tests/scenarios/postmortem/launch.py",
+        "unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT",
+        *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        "ulimit -c unlimited" if truth.get("core") else "ulimit -c 0",
+        shlex.join(srun),
+    ]) + "\n"
+
+
+def sbatch_argv(truth: dict[str, Any], state_dir: Path, script: Path) -> list[str]:
+    return ["sbatch", "--parsable", f"--job-name={truth['name']}", f"--nodes={truth['nodes']}",
+            f"--ntasks-per-node={truth['ntasks_per_node']}", *truth["sbatch_args"],
+            *([] if any(a.startswith("--time") for a in truth["sbatch_args"]) else ["--time=10"]),
+            "--output=job-%j.out", f"--chdir={state_dir}", str(script)]
+
+
+@dataclass
+class PostmortemRun:
+    name: str
+    job_id: str
+    truth: dict[str, Any]
+    state_dir: Path
+
+    def rank_record(self, rank: int) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.state_dir / f"rank{rank}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self.rank_record(r) for r in range(self.truth["world_size"])):
+                time.sleep(0.5)
+                return
+            if self.job_state() not in (None, "PENDING", "RUNNING", "CONFIGURING"):
+                raise ScenarioError(f"{self.name}: job ended before its ranks were ready")
+            time.sleep(0.3)
+        raise ScenarioError(f"{self.name}: ranks not ready after {timeout:.0f} s")
+
+    def job_state(self) -> str | None:
+        done = subprocess.run(["squeue", "-h", "-j", self.job_id, "-o", "%T"], capture_output=True,
+                              text=True, timeout=30, check=False)
+        return done.stdout.strip() or None
+
+    def wait_ended(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.job_state() in (None, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+                return
+            time.sleep(1.0)
+        raise ScenarioError(f"{self.name}: job {self.job_id} still {self.job_state()} after {timeout:.0f} s")
+
+    def output(self) -> Path:
+        return self.state_dir / f"job-{self.job_id}.out"
+
+    def cancel(self) -> None:
+        subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30, check=False)
+
+    def remove_cores(self) -> None:
+        for core in self.state_dir.glob("core*"):
+            core.unlink(missing_ok=True)
+
+
+def submit(name: str, state_dir: Path, python: str | None = None) -> PostmortemRun:
+    truth = load_truth(name)
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    script = state_dir / "job.sbatch"
+    script.write_text(batch_script(truth, state_dir, python or sys.executable))
+    argv = sbatch_argv(truth, state_dir, script)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                          env=submission_environment())
+    if done.returncode != 0:
+        raise ScenarioError(f"{name}: {shlex.join(argv)} failed: {done.stderr.strip()}")
+    return PostmortemRun(name=name, job_id=done.stdout.strip().split(";")[0], truth=truth,
+                         state_dir=state_dir)

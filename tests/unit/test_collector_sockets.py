@@ -1,0 +1,154 @@
+"""The collector's TCP sockets: netlink sock_diag against /proc/net/tcp on live sockets of the
+real kernel, and the fallback when netlink is refused."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmdiag.collector import node as collector
+
+UNREAD = b"hello"
+
+
+def _inode(sock: socket.socket) -> int:
+    return os.fstat(sock.fileno()).st_ino
+
+
+@pytest.fixture
+def live_sockets() -> Iterator[dict]:
+    """Per family: a listening socket, a client and the accepted end, UNREAD bytes waiting in the
+    accepted end's receive queue, and a second listener with one connection not yet accepted."""
+    opened: list[socket.socket] = []
+    made = {}
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.bind((host, 0))
+        listener.listen(4)
+        client = socket.create_connection(listener.getsockname()[:2])
+        accepted, _ = listener.accept()
+        client.sendall(UNREAD)
+        backlog = socket.socket(family, socket.SOCK_STREAM)
+        backlog.bind((host, 0))
+        backlog.listen(4)
+        pending = socket.create_connection(backlog.getsockname()[:2])
+        opened += [listener, client, accepted, backlog, pending]
+        made[family] = {"host": host, "listener": listener, "client": client,
+                        "accepted": accepted, "backlog": backlog, "pending": pending}
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the bytes reach the peer's queue over loopback at once
+        if all(len(m["accepted"].recv(64, socket.MSG_PEEK)) == len(UNREAD) for m in made.values()):
+            break
+    try:
+        yield made
+    finally:
+        for sock in opened:
+            sock.close()
+
+
+def test_netlink_and_proc_net_tcp_agree_on_live_sockets(live_sockets: dict) -> None:
+    for family, made in live_sockets.items():
+        # GIVEN the inodes of live sockets of this process, and one socket that is not TCP
+        udp = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            tcp = {_inode(s) for key, s in made.items() if key != "host"}
+            # WHEN read from netlink and from the text table
+            via_netlink = collector.sock_diag_tcp(family, tcp | {_inode(udp)})
+            via_text = collector._proc_net_tcp(os.getpid(), tcp | {_inode(udp)})
+        finally:
+            udp.close()
+        # THEN both see the same five TCP sockets, identically decoded
+        assert via_netlink == via_text
+        assert set(via_netlink) == tcp
+        host = made["host"]
+        lport = made["listener"].getsockname()[1]
+        cport = made["client"].getsockname()[1]
+        anywhere = "::" if family == socket.AF_INET6 else "0.0.0.0"
+        assert via_netlink[_inode(made["listener"])] == (host, lport, anywhere, 0, "LISTEN", 0, 0)
+        assert via_netlink[_inode(made["client"])] == (host, cport, host, lport, "ESTABLISHED", 0, 0)
+        # the bytes the accepted end has not read: rx_queue
+        assert via_netlink[_inode(made["accepted"])] == (
+            host, lport, host, cport, "ESTABLISHED", 0, len(UNREAD))
+        # a listener's rx_queue is its accept queue: one connection waits
+        assert via_netlink[_inode(made["backlog"])][4:] == ("LISTEN", 0, 1)
+
+
+def test_inodes_of_another_process_and_both_readers(tmp_path: Path) -> None:
+    # GIVEN a process holding a TCP listener, a connection to it and a UNIX socket pair
+    ready = tmp_path / "ready"
+    program = (
+        "import socket, sys, time\n"
+        "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n"
+        "c = socket.create_connection(l.getsockname()); a, _ = l.accept()\n"
+        "u = socket.socketpair()\n"
+        "open(sys.argv[1], 'w').write(str(l.getsockname()[1]))\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", program, str(ready)])
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() or not ready.read_text():
+            assert time.monotonic() < deadline, "child did not start"
+            time.sleep(0.05)
+        port = int(ready.read_text())
+        # WHEN its sockets are read (netlink: it shares our network namespace)
+        by_pid, how = collector.tcp_sockets([child.pid, 999999999])
+        # THEN the three TCP sockets, not the UNIX pair; an unreadable process is None
+        assert how == "netlink"
+        assert by_pid[999999999] is None
+        conns = collector.connection_list(by_pid[child.pid], {})
+        assert sorted((c["state"], c["local"] == f"127.0.0.1:{port}") for c in conns) == [
+            ("ESTABLISHED", False), ("ESTABLISHED", True), ("LISTEN", True)]
+        assert {c["interface"] for c in conns} == {"lo"}
+        assert len(collector.socket_inodes(child.pid) or ()) == 5
+        # AND the text table of its namespace says the same
+        text = collector._proc_net_tcp(child.pid, collector.socket_inodes(child.pid))
+        assert sorted(text.values()) == sorted(by_pid[child.pid])
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_netlink_refused_falls_back_to_the_text_table(
+        live_sockets: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a kernel (or seccomp profile) that refuses NETLINK_SOCK_DIAG
+    real = collector.sock_diag_tcp(socket.AF_INET, {_inode(live_sockets[socket.AF_INET]["client"])})
+
+    def refused(family: int, wanted: set[int]) -> dict:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(collector, "sock_diag_tcp", refused)
+    # WHEN this process's sockets are read
+    by_pid, how = collector.tcp_sockets([os.getpid()])
+    # THEN they come from /proc/net/tcp, and the document says why
+    assert how == "netlink refused ([Errno 13] Permission denied), proc"
+    assert set(real.values()) <= set(by_pid[os.getpid()])
+
+
+def test_state_filter_keeps_every_state_a_process_can_hold() -> None:
+    # TIME_WAIT (6) and NEW_SYN_RECV (12) have no inode; every other TCP state may be an open fd
+    states = {s for s in range(1, 13) if collector.TCP_STATES_WITH_INODE >> s & 1}
+    assert states == set(range(1, 12)) - {6}
+    assert {int(k, 16) for k in collector.TCP_STATES} - states == {6, 12}
+
+
+def test_the_sockets_are_read_while_the_first_tools_run() -> None:
+    # GIVEN two tasks that each run a real tool for a moment
+    seen: list[tuple[int, int]] = []
+
+    def meanwhile() -> None:  # what the collector does with the sockets
+        seen.append((len(collector._LIVE), len(collector._TASKS)))
+
+    gens = (collector.tool_run(["sleep", "0.2"], 5.0) for _ in range(2))
+    # WHEN run with work of the collector's own
+    results = collector.run_tasks(gens, 8, meanwhile)
+    # THEN that work ran once, while both tools were alive, and the tools ended normally
+    assert seen == [(2, 2)]
+    assert [r[0] for r in results] == [0, 0]
