@@ -89,6 +89,8 @@ def test_every_marker_is_claimed_by_a_truth_file():
     # GIVEN all marked lines in the scenario sources
     marked = set()
     for source in SCENARIO_DIR.rglob("*.py"):  # packages run with `python -m` too
+        if source.parent != SCENARIO_DIR and (source.parent / "launch.py").exists():
+            continue  # another corpus with its own truth files (tests/scenarios/postmortem)
         for number, line in enumerate(source.read_text().splitlines(), start=1):
             if "# CULPRIT" in line or "# WAITING" in line:
                 marked.add(f"{source.relative_to(REPO_ROOT).as_posix()}:{number}")
