@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 #: Seconds of compute per phase; phases end on multiples of this (the same for every rank).
-PHASE_SECONDS = 60.0
+PHASE_SECONDS = 30.0
 SIZE = 64
 
 
