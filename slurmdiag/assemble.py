@@ -12,6 +12,7 @@ import io
 import math
 import pickle
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from slurmdiag.errors import ParseError
@@ -66,7 +67,29 @@ def _samples(raw: Any) -> tuple[Sample, ...]:
                 threads = parse_pyspy_json(item["threads"])
             except ParseError as exc:
                 error = f"unreadable py-spy output: {exc.message}"
-        samples.append(Sample(t=float(item.get("t") or 0.0), threads=threads, error=error))
+        usage = item.get("usage") if isinstance(item.get("usage"), dict) else {}
+        cpu = usage.get("threads") if isinstance(usage.get("threads"), dict) else {}
+        if cpu:
+            threads = tuple(
+                replace(th, cpu_s=_float(cpu.get(str(th.os_thread_id))))
+                if th.os_thread_id is not None and str(th.os_thread_id) in cpu
+                else th
+                for th in threads
+            )
+        counters = usage.get("io")
+        samples.append(
+            Sample(
+                t=float(item.get("t") or 0.0),
+                threads=threads,
+                error=error,
+                cpu_s=_float(usage.get("cpu_s")),
+                io=tuple(counters)
+                if isinstance(counters, list)
+                and len(counters) == 4
+                and all(isinstance(v, int) for v in counters)
+                else None,
+            )
+        )
     return tuple(samples)
 
 

@@ -41,6 +41,7 @@ class ThreadStack:
     active: bool = False
     owns_gil: bool = False
     frames: tuple[Frame, ...] = ()
+    cpu_s: float | None = None  # utime+stime of the OS thread when sampled (/proc task stat)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Sample:
     t: float
     threads: tuple[ThreadStack, ...] = ()
     error: str | None = None
+    cpu_s: float | None = None  # utime+stime of the whole process when sampled
+    io: tuple[int, ...] | None = None  # (rchar, wchar, read_bytes, write_bytes) of /proc/PID/io
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,9 @@ class Verdict:
     sites: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
     next_step: str | None = None
+    # "low" when the verdict rests on library/stdlib frames only (no frame of the job's own
+    # code on the stacks it names); None: no doubt was found (and in older snapshots).
+    confidence: str | None = None
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,11 @@ __all__ = [
     "format_int_ranges",
     "frame_site",
     "function_site",
+    "is_idle_thread",
     "is_user_file",
     "main_thread",
     "merge_stacks",
+    "pick_main_thread",
 ]
 
 # Kinds that decide what a stack is doing, strongest first: a queue wait inside a DataLoader is
@@ -570,16 +572,57 @@ def function_site(frame: Frame) -> str:
     return f"{frame.file}:{frame.function}"
 
 
-def main_thread(sample: Sample) -> ThreadStack | None:
-    """The thread named MainThread, else the first thread with frames, else the first thread."""
+# Where an idle helper thread parks: a wait primitive of the stdlib's threading and queue
+# machinery, with no user frame anywhere on its stack.
+_PARKED_KINDS = frozenset({"lock", "io", "sleep", "data_loading"})
+
+#: How the main thread of a sample was chosen (RankDigest.main_rule), most trusted first.
+MAIN_RULES = ("os_thread_id", "name", "not_idle", "first")
+
+
+def is_idle_thread(thread: ThreadStack) -> bool:
+    """A helper thread parked in a wait with none of the job's own code on its stack.
+
+    Queue feeders, pin-memory and tqdm monitor threads, thread pools in ``Condition.wait``,
+    watchdog and store threads: recognised by their frames, never by their names (names are
+    the user's). A thread with no Python frame at all is idle too.
+    """
+    python = [f for f in thread.frames if not f.native]
+    if not python:
+        return True
+    traits = [_frame_traits(f) for f in python]
+    if any(t.is_user for t in traits):
+        return False
+    return traits[0].kind in _PARKED_KINDS or not thread.active
+
+
+def pick_main_thread(sample: Sample, pid: int | None = None) -> tuple[ThreadStack | None, str]:
+    """The sample's main thread and the rule that found it (one of MAIN_RULES).
+
+    The main thread is the one whose OS thread id equals the process id. Without OS ids
+    (py-spy's text output, another PID namespace): the thread named MainThread, else the first
+    thread that is not an idle helper, else the first thread with frames.
+    """
     threads = sample.threads
+    if pid is not None:
+        for thread in threads:
+            if thread.os_thread_id == pid:
+                return thread, "os_thread_id"
     for thread in threads:
         if thread.name == "MainThread":
-            return thread
+            return thread, "name"
+    for thread in threads:
+        if thread.frames and not is_idle_thread(thread):
+            return thread, "not_idle"
     for thread in threads:
         if thread.frames:
-            return thread
-    return threads[0] if threads else None
+            return thread, "first"
+    return (threads[0] if threads else None), "first"
+
+
+def main_thread(sample: Sample, pid: int | None = None) -> ThreadStack | None:
+    """The main thread of a sample (see pick_main_thread)."""
+    return pick_main_thread(sample, pid)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -728,6 +771,10 @@ class RankDigest:
     sample_errors: int
     active: bool  # main thread reported active in some sample
     busy_threads: tuple[str, ...]  # other threads active in user code
+    main_rule: str = "os_thread_id"  # how the main thread was found (MAIN_RULES), weakest used
+    cpu_fraction: float | None = None  # main thread's CPU over the samples (cores), measured
+    io_rate: float | None = None  # bytes/s read+written (rchar+wchar) over the samples
+    side_threads: tuple[str, ...] = ()  # other threads with the job's own code, not idle
     stationary: bool = True  # same stack in every sample (trivially so with one sample)
     settled: bool = True  # stationary, or waiting at one collective with the inside moving
     moving_key: tuple[FrameKey, ...] | None = None  # stable prefix + function, outermost first
@@ -753,20 +800,55 @@ class StackMerge:
     notes: list[str] = field(default_factory=list)
 
 
+def _thread_label(thread: ThreadStack) -> str | None:
+    user = next((f for f in thread.frames if _frame_traits(f).is_user), None)
+    if user is None:
+        return None
+    return f"{thread.name or thread.thread_id} ({frame_site(user)})"
+
+
 def _busy_threads(samples: Sequence[Sample], main: ThreadStack | None) -> tuple[str, ...]:
     """Non-main threads seen active with a user frame on top, as ``name (file:line)``."""
     found: dict[str, None] = {}
     for sample in samples:
         for thread in sample.threads:
-            if not thread.active or not thread.frames or thread.name == "MainThread":
+            if not thread.active or not thread.frames or _same_thread(thread, main):
                 continue
-            if main is not None and thread.thread_id == main.thread_id:
-                continue
-            user = next((f for f in thread.frames if _frame_traits(f).is_user), None)
-            if user is None:
-                continue
-            found[f"{thread.name or thread.thread_id} ({frame_site(user)})"] = None
+            label = _thread_label(thread)
+            if label is not None:
+                found[label] = None
     return tuple(found)
+
+
+def _same_thread(thread: ThreadStack, main: ThreadStack | None) -> bool:
+    return main is not None and thread.thread_id == main.thread_id
+
+
+def _side_threads(sample: Sample, main: ThreadStack | None) -> tuple[str, ...]:
+    """Threads of the last sample other than main that are not idle helpers: the threads the
+    main thread may be waiting on (a prefetch or writer thread stuck in the job's code)."""
+    found: dict[str, None] = {}
+    for thread in sample.threads:
+        if _same_thread(thread, main) or is_idle_thread(thread):
+            continue
+        label = _thread_label(thread)
+        if label is not None:
+            found[label] = None
+    return tuple(found)
+
+
+def _usage(samples: Sequence[Sample], mains: Sequence[tuple[Sample, ThreadStack]]):  # type: ignore[no-untyped-def]
+    """(main thread's CPU in cores, I/O bytes/s) between the first and last measured sample."""
+    measured = [(s.t, m.cpu_s) for s, m in mains if m.cpu_s is not None]
+    cpu = None
+    if len(measured) >= 2 and measured[-1][0] - measured[0][0] > 0.05:
+        cpu = max(0.0, (measured[-1][1] - measured[0][1]) / (measured[-1][0] - measured[0][0]))
+    counted = [(s.t, s.io) for s in samples if s.io is not None]
+    io = None
+    if len(counted) >= 2 and counted[-1][0] - counted[0][0] > 0.05:
+        (t0, a), (t1, b) = counted[0], counted[-1]
+        io = max(0.0, ((b[0] - a[0]) + (b[1] - a[1])) / (t1 - t0))  # type: ignore[index]
+    return cpu, io
 
 
 def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
@@ -774,19 +856,27 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
     errors = 0
     active = False
     main: ThreadStack | None = None
+    rules: set[str] = set()
+    mains: list[tuple[Sample, ThreadStack]] = []
+    last_sample: Sample | None = None
     add = table.add
     for sample in proc.samples:
         if sample.error is not None and not sample.threads:
             errors += 1
             continue
-        main = main_thread(sample)
+        main, rule = pick_main_thread(sample, proc.pid)
         if main is None or not main.frames:
             errors += 1
             continue
+        rules.add(rule)
+        mains.append((sample, main))
+        last_sample = sample
         stack_ids.append(add(main.frames))
         active = active or main.active
     multi = any(len(s.threads) > 1 for s in proc.samples)
     busy = _busy_threads(proc.samples, main) if multi else ()
+    side = _side_threads(last_sample, main) if multi and last_sample is not None else ()
+    cpu, io = _usage(proc.samples, mains)
     return RankDigest(
         rank=rank,
         node=node.name,
@@ -795,6 +885,10 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
         sample_errors=errors,
         active=active,
         busy_threads=busy,
+        main_rule=max(rules, key=MAIN_RULES.index) if rules else "os_thread_id",
+        cpu_fraction=cpu,
+        io_rate=io,
+        side_threads=side,
     )
 
 

@@ -146,9 +146,18 @@ STRAGGLER_STEPS = {
         "the rank sleeps or polls while the others wait: bound the wait, or make every rank "
         "wait together (barrier after the rank-0-only work)"
     ),
+    "poll": (
+        "the rank polls for a condition that never comes true (a file, a flag, a port): find "
+        "what the loop waits for, give it a deadline that raises, and let the others fail fast"
+    ),
     "blocked": (
         "the rank is idle inside a call from its own code (C extension, subprocess, socket): "
         "py-spy dump --native on it shows where; give that call a timeout"
+    ),
+    "child": (
+        "the rank waits for a child process it started (subprocess.run, os.system): look at "
+        "what the child waits for (py-spy/strace on its pid, its lock files and pipes); give "
+        "the call a timeout"
     ),
     "kernel": (
         "the process is in uninterruptible sleep in the kernel: usually a hung filesystem "
@@ -163,8 +172,10 @@ _BLOCK_PHRASES = {
     "io": "blocked in I/O",
     "lock": "blocked on a lock",
     "sleep": "sleeping",
+    "poll": "polling in a sleep loop (its line moves, its CPU does not)",
     "blocked": "idle in a call from its own code",
     "kernel": "in uninterruptible kernel sleep (state D)",
+    "child": "waiting for a child process",
     "stopped": "stopped (state T)",
 }
 
@@ -186,7 +197,7 @@ _WCHAN_HINTS = (
     ("io_schedule", "io"),
     ("wait_on_page", "io"),
     ("folio_wait", "io"),
-    ("do_wait", "io"),
+    ("do_wait", "child"),
 )
 _STRACE_HINTS = {
     "clock_nanosleep": "sleep",
@@ -223,6 +234,12 @@ _LOOP_MACHINERY = (
     "_tensor.py",
 )
 BUSY_CPU_PERCENT = 50.0
+# Measured between samples: a thread parked in a wait uses 0 ticks and one that polls (sleep,
+# check, sleep) well under 1 % of a core; one that computes gets its share of the cores, which
+# on a crowded node is small (5-7 % measured for 4 computing ranks among ~30 busy processes on
+# 2 cores), so the bar is low.
+WORKING_CPU = 0.02
+WORKING_IO_RATE = 1 << 20  # bytes/s read+written: a rank copying data, not one writing a log line
 # Network transfer syscalls: a hung gloo rank shows none (only epoll_wait timeouts), a rank
 # whose collectives complete shows hundreds per second (writev/recvfrom for gloo).
 TRANSFER_SYSCALLS = frozenset(
@@ -268,8 +285,22 @@ def _strace_hint(digest: RankDigest) -> str | None:
 
 
 def _is_busy(digest: RankDigest) -> bool:
+    measured = _measured_work(digest)
+    if measured is not None:
+        return measured
     cpu = digest.proc.cpu_percent
-    return digest.active or (cpu is not None and cpu >= BUSY_CPU_PERCENT)
+    running = (digest.proc.state or "")[:1] == "R"  # on a crowded node a computing rank gets
+    # a few percent of a core, but it stays runnable
+    return digest.active or running or (cpu is not None and cpu >= BUSY_CPU_PERCENT)
+
+
+def _measured_work(digest: RankDigest) -> bool | None:
+    """Did the rank work between its samples, by its main thread's CPU time and the process'
+    I/O counters? None when the snapshot holds no such measurement (one sample, old collector).
+    """
+    if digest.cpu_fraction is None:
+        return None
+    return digest.cpu_fraction >= WORKING_CPU or (digest.io_rate or 0.0) >= WORKING_IO_RATE
 
 
 def _status(merge: StackMerge, digest: RankDigest) -> _Status:
@@ -291,13 +322,25 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
             # on both sides of a collective boundary: a collective completed or was reached
             return _Status(digest, "moving", "progress", info.site, info.op, None, info)
         cls = merge.classes[digest.class_index] if digest.class_index is not None else None
-        return _Status(digest, "busy", info.kind, cls.site if cls else info.site, None, None, info)
+        site = cls.site if cls else info.site
+        if _measured_work(digest) is False:
+            # moving between lines yet using no CPU and no I/O: a sleep-poll loop, stuck
+            kinds = {table[sid].kind for sid in digest.stack_ids} & BLOCKING_KINDS
+            why = next(iter(sorted(kinds)), None) or _wchan_hint(proc.wchan) or "sleep"
+            return _Status(digest, "blocked", "poll" if why == "sleep" else why, site, None,
+                           None, info)
+        return _Status(digest, "busy", info.kind, site, None, None, info)
     if info.kind == "collective":
         return _Status(digest, "waiting", "collective", info.site, info.op, info.position, info)
     if digest.stationary and state == "T":
         return _Status(digest, "blocked", "stopped", info.site, None, None, info)
     if info.kind in BLOCKING_KINDS:
-        return _Status(digest, "blocked", info.kind, info.site, None, None, info)
+        if _measured_work(digest):
+            # its CPU or I/O advance: working (reading, writing, computing), not blocked
+            return _Status(digest, "busy", info.kind, info.site, None, None, info)
+        # subprocess.run's wait is "I/O" by its frames; the kernel says it waits for a child
+        kind = "child" if _wchan_hint(proc.wchan) == "child" else info.kind
+        return _Status(digest, "blocked", kind, info.site, None, None, info)
     if _is_busy(digest):
         return _Status(digest, "busy", info.kind, info.site, None, None, info)
     hint = _wchan_hint(proc.wchan) or _strace_hint(digest)
@@ -492,9 +535,31 @@ def _proc_evidence(s: _Status) -> str:
     for worker in p.workers:
         if worker.state and worker.state[:1] in ("Z", "X", "D", "T"):
             bits.append(f"{worker.role} pid {worker.pid} state {worker.state}")
+    if s.kind == "child":
+        bits.extend(_children_of(s))
     if s.digest.busy_threads:
         bits.append("busy threads: " + ", ".join(s.digest.busy_threads[:3]))
+    if s.status == "blocked" and s.digest.side_threads:
+        bits.append("other threads in its own code: " + ", ".join(s.digest.side_threads[:3]))
     return ", ".join(bits)
+
+
+def _children_of(s: _Status) -> list[str]:
+    return [
+        f"child pid {w.pid}" + (f": {' '.join(w.cmdline)[:160]}" if w.cmdline else "")
+        for w in s.digest.proc.workers
+        if w.role == "child"
+    ][:3]
+
+
+def _waits_on_thread(s: _Status) -> str:
+    """ "; its main thread waits on thread prefetch (loader.py:40)" when the main thread is
+    parked on a queue/lock/future while another thread sits in the job's own code."""
+    if s.kind == "child" and _children_of(s):
+        return f" ({_children_of(s)[0]})"
+    if s.kind not in ("data_loading", "lock") or not s.digest.side_threads:
+        return ""
+    return f" (its main thread waits on thread {', '.join(s.digest.side_threads[:2])})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -506,6 +571,10 @@ def _tie_score(group: list[_Status]) -> int:
     score = 0
     op = group[0].op or ""
     if op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")):
+        score += 2
+    if op in _P2P_OPS:
+        # point-to-point waits are pairwise: ranks in send/recv wait for each other (a
+        # deadlocked pair), the ones in a collective wait for them
         score += 2
     if info is not None:
         user = [c.frame for c in info.classified if c.is_user]
@@ -526,6 +595,14 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
     first, second = ranked[0], ranked[1]
     ambiguous = len(first) == len(second) and _tie_score(first) == _tie_score(second)
     evidence = _group_evidence(waiting)
+    alone = [g for g in groups if len(g) == 1]
+    together = [g for g in ranked[1:] if len(g) > 1]
+    if len(groups) >= 3 and alone and together:
+        # Who waits for whom: ranks that wait together at one collective wait WITH each other
+        # (a subgroup's collective, or the world's), for members that are elsewhere; a rank
+        # nobody waits with is the one the others wait for. Without the groups' membership
+        # this cannot be proved: the waiting-together groups are named as candidates.
+        return _waits_alone(waiting, ranked, alone, together, evidence_extra, severity)
     if ambiguous:
         tied = [g for g in ranked if len(g) == len(first)]
         culprits = sorted(s.rank for g in tied for s in g)
@@ -573,12 +650,59 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
     )
 
 
+def _waits_alone(
+    waiting: list[_Status],
+    ranked: list[list[_Status]],
+    alone: list[list[_Status]],
+    together: list[list[_Status]],
+    evidence_extra: list[str],
+    severity: str,
+) -> Verdict:
+    culprit_statuses = sorted((g[0] for g in alone), key=lambda s: s.rank)
+    culprits = [s.rank for s in culprit_statuses]
+    others = [s for g in ranked for s in g if len(g) > 1]
+    evidence = _group_evidence(waiting)
+    evidence.append(
+        f"{_ranks_label(culprits)} "
+        f"{_verb(culprits, 'waits', 'wait')} alone at "
+        f"{_verb(culprits, 'its', 'their')} collective, the others in groups that "
+        "wait together: a rank nobody waits with is the one the groups wait for"
+    )
+    evidence.append(
+        "group membership is not visible in the stacks: if "
+        + "; ".join(f"{_where(g[0])} ({format_int_ranges(s.rank for s in g)})" for g in together)
+        + " is on the whole world and not a subgroup (new_group), those ranks diverged too"
+    )
+    evidence.extend(evidence_extra)
+    return Verdict(
+        kind="mismatched_collective",
+        severity=severity,
+        summary=(
+            f"{_waiting_phrase(culprit_statuses)} while {_waiting_phrase(others)}: "
+            f"{_verb(culprits, 'it is', 'they are')} the only "
+            f"{_verb(culprits, 'rank', 'ranks')} nobody waits with; the others wait "
+            "in groups (subgroups' collectives) for the ranks that are elsewhere"
+        ),
+        culprit_ranks=tuple(culprits),
+        sites=_unique(s.site for s in culprit_statuses),
+        evidence=tuple(evidence),
+        next_step=(
+            "check the process group of the culprit's collective: a call without group= runs "
+            "on the world while the others use a subgroup (new_group), or a rank-gated call; "
+            "run with TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch name the mismatch"
+        ),
+    )
+
+
 def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) -> Verdict:
     kinds = Counter(s.kind for s in blocked)
     main_kind = kinds.most_common(1)[0][0]
     ranks = [s.rank for s in blocked]
     groups = _group_by(blocked, lambda s: (s.kind, s.site))
-    places = "; ".join(_where(g[0]) for g in sorted(groups.values(), key=lambda g: g[0].rank))
+    places = "; ".join(
+        _where(g[0]) + _waits_on_thread(g[0])
+        for g in sorted(groups.values(), key=lambda g: g[0].rank)
+    )
     verb = _verb(ranks, "is", "are")
     tail = f" while {_waiting_phrase(waiting)}" if waiting else ", outside any collective"
     summary = f"{_ranks_label(ranks)} {verb} {places}{tail}"
@@ -590,10 +714,19 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         severity=severity,
         summary=summary,
         culprit_ranks=tuple(ranks),
-        sites=_unique(s.site for s in blocked),
+        sites=_unique(site for s in blocked for site in _blocked_sites(s)),
         evidence=tuple(evidence),
         next_step=STRAGGLER_STEPS.get(main_kind, STRAGGLER_STEPS["blocked"]),
     )
+
+
+def _blocked_sites(s: _Status) -> tuple[str, ...]:
+    """A sleeping or polling rank's line is where the sample caught it (a poll loop has two):
+    its function is named too."""
+    info = s.info
+    if s.kind not in ("poll", "sleep") or info is None or info.top_user_frame is None:
+        return (s.site,) if s.site else ()
+    return _unique([s.site, function_site(info.top_user_frame)])
 
 
 def _busy_sites(s: _Status) -> tuple[str, ...]:
@@ -883,6 +1016,7 @@ def _hang_verdicts(
             )
         ], False
 
+    statuses, peer_note = _peer_waits(statuses)
     by_status: dict[str, list[_Status]] = {}
     for s in statuses:
         by_status.setdefault(s.status, []).append(s)
@@ -919,6 +1053,15 @@ def _hang_verdicts(
         caveats.append(
             f"confidence lowered: no stack for {_ranks_label(s.rank for s in unsampled)}"
         )
+    by_rule = _group_by(
+        (s for s in statuses if s.digest.stack_ids and s.digest.main_rule != "os_thread_id"),
+        lambda s: s.digest.main_rule,
+    )
+    for rule, group in by_rule.items():
+        caveats.append(
+            f"main thread of {_ranks_label(s.rank for s in group)} chosen by rule '{rule}' "
+            "(no thread's OS id equals the pid in py-spy's output)"
+        )
 
     verdicts: list[Verdict] = []
     if dead or layout.missing:
@@ -943,9 +1086,117 @@ def _hang_verdicts(
                     )
                 ],
             )
+    if peer_note:
+        verdicts = [
+            _with_evidence(v, [peer_note]) if v.kind in HANG_KINDS else v for v in verdicts
+        ]
     if caveats:
         verdicts = [_with_evidence(v, caveats) for v in verdicts]
+    verdicts = [_with_confidence(v, statuses) for v in verdicts]
     return verdicts, any(v.severity != "info" for v in verdicts)
+
+
+_P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
+                      "batch_isend_irecv"})
+_SOCKET_WCHAN = ("poll", "select", "epoll", "sk_wait", "tcp_", "unix_stream", "wait_woken", "inet_")
+PEER_WAIT_OP = "a store/socket/Work wait on a peer"
+
+
+def _is_peer_wait(s: _Status) -> bool:
+    """Idle in a C call from the job's own code, the kernel waiting on a socket: the shape of a
+    TCPStore ``wait``/``get`` (or any blocking receive from a peer) seen without --native."""
+    if s.status != "blocked" or s.info is None or s.info.kind != "user":
+        return False
+    if s.kind not in ("io", "lock") or _measured_work(s.digest):
+        return False
+    wchan = s.digest.proc.wchan or ""
+    return any(needle in wchan for needle in _SOCKET_WCHAN) or "futex" in wchan
+
+
+def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
+    """Ranks blocked together at one socket wait while other ranks are elsewhere wait on those
+    others, as in a collective: they become *waiting* (position: their stack)."""
+    groups = _group_by(
+        (s for s in statuses if _is_peer_wait(s)),
+        lambda s: s.info.keys if s.info is not None else None,
+    )
+    # Two ranks stuck in the same C call on a socket while most ranks wait in a collective are
+    # stragglers (a remote service without timeout), not the waiters: a peer-wait group must
+    # be at least as large as the group of ranks in collectives.
+    in_collectives = sum(1 for s in statuses if s.status == "waiting")
+    together = [
+        g
+        for g in groups.values()
+        if len(g) >= 2 and len(g) < len(statuses) and len(g) >= in_collectives
+    ]
+    if not together:
+        return statuses, None
+    chosen = {id(s) for g in together for s in g}
+    out = [
+        replace(s, status="waiting", kind="peer", op=PEER_WAIT_OP, position=("peer", s.site))
+        if id(s) in chosen
+        else s
+        for s in statuses
+    ]
+    g = together[0]
+    note = (
+        f"{_ranks_label(s.rank for s in g)} sit idle together at {g[0].site}, in a call from "
+        f"their own code, the kernel waiting (wchan {g[0].digest.proc.wchan}), no CPU: taken "
+        "as a wait on a peer (TCPStore wait/get, a socket receive, an async Work.wait), "
+        "like a collective; --native shows the C++ call"
+    )
+    return out, note
+
+
+def _with_confidence(verdict: Verdict, statuses: list[_Status]) -> Verdict:
+    """Low confidence when the stacks the verdict rests on hold no frame of the job's code."""
+    if verdict.kind not in HANG_KINDS:
+        return verdict
+    named = set(verdict.culprit_ranks)
+    relevant = [s for s in statuses if s.rank in named] if named else statuses
+    infos = [s.info for s in relevant if s.info is not None]
+    if not infos:
+        return verdict
+    if any(c.is_user for info in infos for c in info.classified):
+        return replace(verdict, confidence="high")
+    frame = infos[0].top_frame
+    return replace(
+        verdict,
+        confidence="low",
+        evidence=verdict.evidence
+        + (
+            "unsure: no frame of the job's own code on the stacks this verdict rests on (only "
+            f"library/stdlib frames, innermost {frame.function} at {frame.file}:{frame.line})"
+            if frame is not None
+            else "unsure: no frame of the job's own code on the stacks this verdict rests on",
+        ),
+    )
+
+
+def _busy_everywhere(busy: list[_Status]) -> Verdict:
+    """Every rank computes in its own code, none waits in a collective: not a hang."""
+    measured = [s for s in busy if s.digest.cpu_fraction is not None]
+    evidence = [_proc_evidence(s) for s in busy[:4]]
+    if measured:
+        low = min(s.digest.cpu_fraction or 0.0 for s in measured)
+        why = f"their main threads used CPU between samples (at least {100 * low:.0f} % of a core)"
+    else:
+        why = "py-spy saw their main threads running"
+    evidence.extend(_group_evidence(busy, limit=3))
+    return Verdict(
+        kind="progressing",
+        severity="info",
+        summary=(
+            f"not hung: {_ranks_label(s.rank for s in busy)} compute in their own code with no "
+            f"collective or synchronisation on their stacks; {why}"
+        ),
+        sites=_unique(s.site for s in busy),
+        evidence=tuple(evidence),
+        next_step=(
+            "a long compute phase between collectives: attach again later; if every rank is "
+            "still busy at the same line, profile it (py-spy top --pid PID)"
+        ),
+    )
 
 
 def _without_waiters(
@@ -957,6 +1208,8 @@ def _without_waiters(
             return [_all_waiting(waiting, severity, "")]
         return [_mismatched(waiting, [], severity)]
     everyone = blocked + busy
+    if busy and not blocked:
+        return [_busy_everywhere(busy)]
     classes = {s.digest.class_index for s in everyone}
     if len(classes) == 1:
         head = everyone[0]

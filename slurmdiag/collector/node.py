@@ -1297,6 +1297,42 @@ def _nearest(pid, by_pid, ranks):
     return None
 
 
+def read_usage(pid, stat):
+    """CPU seconds of the process and of each of its threads, and its I/O counters, now.
+
+    {"cpu_s": total, "threads": {tid: cpu_s}, "io": [rchar, wchar, read_bytes, write_bytes]}
+    (io null when /proc/PID/io cannot be read). Read at each sample: the analysis measures
+    progress from the differences between samples (utime+stime of /proc/PID/task/TID/stat).
+    """
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    threads = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = []
+    for tid in tids:
+        data = _read(f"/proc/{pid}/task/{tid}/stat", one_show=True)
+        if not data:
+            continue
+        fields = data[data.rfind(")") + 2 :].split()
+        try:
+            threads[tid] = round((int(fields[11]) + int(fields[12])) / tick, 2)
+        except (IndexError, ValueError):
+            continue
+    io = None
+    text = _read(f"/proc/{pid}/io", one_show=True)
+    if text:
+        values = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(":")
+            values[name.strip()] = value.strip()
+        try:
+            io = [int(values[k]) for k in ("rchar", "wchar", "read_bytes", "write_bytes")]
+        except (KeyError, ValueError):
+            io = None
+    return {"cpu_s": round(stat["ticks"] / tick, 2), "threads": threads, "io": io}
+
+
 def dump_stack(pyspy, pid, native, clock, traced=False):
     """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly).
     ``traced``: strace is attached to it, so py-spy cannot suspend it: read with --nonblocking."""
@@ -1323,10 +1359,11 @@ def dump_stack(pyspy, pid, native, clock, traced=False):
             note += "; native frames skipped (they need the suspend)"
     elif native:
         argv.append("--native")
+    usage = read_usage(pid, stat)
     rc, out, err, timeout_note = yield from tool_run(argv, timeout)
     if rc == 0:
         try:
-            sample = {"t": t, "threads": slim_threads(loads(out)), "error": None}
+            sample = {"t": t, "threads": slim_threads(loads(out)), "error": None, "usage": usage}
             if note:
                 sample["note"] = note
             return sample

@@ -118,7 +118,8 @@ def _verdict_lines(analysis: Analysis, paint: Paint) -> list[str]:
 
 def _one_verdict(verdict: Verdict, node_of: Mapping[int, str], paint: Paint) -> list[str]:
     severity = verdict.severity if verdict.severity in _SEVERITY_ORDER else "info"
-    lines = [f"{paint(severity, severity.upper())} {paint('bold', clean(verdict.kind))}",
+    unsure = " (low confidence: no frame of the job's own code)" if verdict.confidence == "low" else ""
+    lines = [f"{paint(severity, severity.upper())} {paint('bold', clean(verdict.kind))}{unsure}",
              f"  {clean(verdict.summary)}"]
     if verdict.culprit_ranks:
         culprits = sorted(set(verdict.culprit_ranks))

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from scenarios.launch import suite_scenarios
+from scenarios.launch import load_truth, suite_scenarios
 
 from slurmdiag.api import attach_job
 
@@ -18,12 +18,11 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 HANG_SEVERITIES = ("critical", "warning")
 SUITE = suite_scenarios()
-HANG_SCENARIOS = [n for n in SUITE if n != "healthy_slow"]
+HANG_SCENARIOS = [n for n in SUITE if load_truth(n)["expected_kind"] != "progressing"]
+NO_HANG_SCENARIOS = [n for n in SUITE if n not in HANG_SCENARIOS]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def start_every_scenario(scenario_run):
-    scenario_run.start(*SUITE)
+# The scenario_run fixture submits every scenario the selected tests name, together, at the
+# start of the session (not the whole suite when a few tests are selected: ~210 MB a rank).
 
 
 def top_verdict(snapshot):
@@ -32,13 +31,16 @@ def top_verdict(snapshot):
     return hangs[0]
 
 
+@pytest.mark.parametrize("samples", [None, 1], ids=["defaults", "samples1"])
 @pytest.mark.parametrize("scenario", HANG_SCENARIOS)
-def test_verdict_names_culprit_ranks_site_and_kind(scenario_run, scenario):
+def test_verdict_names_culprit_ranks_site_and_kind(scenario_run, scenario, samples):
     # GIVEN a real hung job with a written ground truth
     run = scenario_run(scenario)
     truth = run.truth
-    # WHEN attached to as an on-call engineer would (defaults: 3 samples, strace)
-    snapshot = attach_job(run.job_id, write=False).snapshot
+    # WHEN attached to as an on-call engineer would (defaults: 3 samples, strace), or with
+    # --samples 1
+    options = {} if samples is None else {"samples": samples}
+    snapshot = attach_job(run.job_id, write=False, **options).snapshot
     verdict = top_verdict(snapshot)
     # THEN the first hang verdict has the expected kind and exactly the culprit ranks
     assert verdict.kind == truth["expected_kind"], verdict
@@ -47,6 +49,20 @@ def test_verdict_names_culprit_ranks_site_and_kind(scenario_run, scenario):
     expected = truth.get("culprit_site") or truth.get("culprit_function")
     assert any(site.endswith(expected) for site in verdict.sites), (expected, verdict.sites)
     assert verdict.next_step
+
+
+@pytest.mark.parametrize("samples", [None, 1], ids=["defaults", "samples1"])
+@pytest.mark.parametrize("scenario", NO_HANG_SCENARIOS)
+def test_job_without_a_hang_gets_no_hang_verdict(scenario_run, scenario, samples):
+    # GIVEN a job that is not hung (every rank computing silently, or slow but moving)
+    run = scenario_run(scenario)
+    # WHEN attached with the defaults or --samples 1
+    options = {} if samples is None else {"samples": samples}
+    snapshot = attach_job(run.job_id, write=False, **options).snapshot
+    # THEN no verdict is a hang, and the first one says the job progresses
+    flagged = [v for v in snapshot.verdicts if v.severity in HANG_SEVERITIES]
+    assert flagged == [], [(v.kind, v.summary) for v in flagged]
+    assert snapshot.verdicts[0].kind == "progressing", snapshot.verdicts[0]
 
 
 def test_healthy_job_is_never_flagged_across_five_attaches(scenario_run):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scenarios.launch import REPO_ROOT, ScenarioRun, load_truth, suite_scenarios
+from scenarios.launch import REPO_ROOT, ScenarioRun, load_truth, suite_scenarios, waiting_sites
 
 pytestmark = pytest.mark.cluster
 
@@ -102,7 +102,11 @@ def test_culprit_rank_stack_shows_the_culprit_site(scenario, scenario_run, py_sp
 def test_waiting_ranks_stacks_show_the_waiting_site(scenario, scenario_run, py_spy):
     # GIVEN the scenario job, every rank in its hang
     run: ScenarioRun = scenario_run(scenario)
-    wanted = at_site(run.truth["waiting_ranks_site"])
+    sites = [at_site(site) for site in waiting_sites(run.truth)]
+
+    def wanted(frame: Frame) -> bool:
+        return any(at(frame) for at in sites)
+
     for rank in run.truth["waiting_ranks"]:
         # WHEN py-spy dumps a rank that waits for the culprit
         threads = dump_until(py_spy, run.pid(rank), wanted)
@@ -166,7 +170,8 @@ def test_control_keeps_making_progress(scenario, scenario_run, py_spy):
     # WHEN its log is read again until every rank printed a newer step (or a deadline)
     ranks = range(run.truth["world_size"])
     before = after = last_steps()
-    deadline = time.monotonic() + PROGRESS_DEADLINE_SECONDS
+    # a control that logs once per long compute phase says how long a phase is
+    deadline = time.monotonic() + PROGRESS_DEADLINE_SECONDS + run.truth.get("progress_period_s", 0)
     while time.monotonic() < deadline and not all(
             after.get(r, -1) > before.get(r, -1) for r in ranks):
         time.sleep(1.0)

@@ -72,6 +72,15 @@ def load_truth(name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def waiting_sites(truth: Mapping[str, Any]) -> list[str]:
+    """``waiting_ranks_site`` as a list: one site, or several when the waiting ranks wait in
+    different collectives (each waiting rank's stack holds one of them)."""
+    site = truth.get("waiting_ranks_site")
+    if site is None:
+        return []
+    return [site] if isinstance(site, str) else list(site)
+
+
 # ---------------------------------------------------------------- build (pure)
 
 def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:

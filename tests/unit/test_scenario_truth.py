@@ -16,6 +16,7 @@ from scenarios.launch import (
     load_truth,
     sbatch_argv,
     scenario_names,
+    waiting_sites,
 )
 
 KINDS = {"mismatched_collective", "straggler", "spinning", "missing_rank", "all_waiting",
@@ -24,7 +25,7 @@ REQUIRED = {
     "name": str, "program": str, "launcher": str, "nodes": int, "ntasks_per_node": int,
     "world_size": int, "culprit_ranks": list, "culprit_site": (str, type(None)),
     "culprit_function": (str, type(None)), "culprit_evidence": (str, type(None)),
-    "expected_kind": str, "waiting_ranks": list, "waiting_ranks_site": (str, type(None)),
+    "expected_kind": str, "waiting_ranks": list, "waiting_ranks_site": (str, list, type(None)),
     "notes": str,
 }
 NAMES = scenario_names()
@@ -80,8 +81,8 @@ def test_culprit_function_is_defined_on_a_marked_line(name):
 
 @pytest.mark.parametrize("name", [n for n in NAMES if load_truth(n)["waiting_ranks_site"]])
 def test_waiting_site_line_carries_the_marker(name):
-    site = load_truth(name)["waiting_ranks_site"]
-    assert source_line(site).rstrip().endswith("# WAITING"), f"{site}: {source_line(site)!r}"
+    for site in waiting_sites(load_truth(name)):
+        assert source_line(site).rstrip().endswith("# WAITING"), f"{site}: {source_line(site)!r}"
 
 
 def test_every_marker_is_claimed_by_a_truth_file():
@@ -100,7 +101,7 @@ def test_every_marker_is_claimed_by_a_truth_file():
     claimed = set()
     for name in NAMES:
         truth = load_truth(name)
-        claimed |= {truth["culprit_site"], truth["waiting_ranks_site"]}
+        claimed |= {truth["culprit_site"], *waiting_sites(truth)}
         if truth["culprit_function"]:
             path, function = truth["culprit_function"].rsplit(":", 1)
             lines = (REPO_ROOT / path).read_text().splitlines()

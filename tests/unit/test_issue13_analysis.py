@@ -1,0 +1,357 @@
+"""Issue 13: diagnosis that holds on hangs it has never seen.
+
+Real inputs: py-spy dumps and whole snapshots recorded from the four regression scenarios on
+the local cluster (tests/fixtures/issue13, see tests/scenarios/<name>.json for what each job
+does). Each rule is also tested on the variation of its input that would make it lie.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from snapfactory import collective, dataloader_wait, in_user, job, stack, thread
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.analysis.stacks import is_idle_thread, merge_stacks, pick_main_thread
+from slurmdiag.assemble import _samples
+from slurmdiag.collector.node import read_stat, read_usage
+from slurmdiag.parsers.pyspy import parse_pyspy_json
+from slurmdiag.snapshot import Sample, Snapshot, ThreadStack
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "issue13"
+SCENARIOS = "/work/wt/i13a/tests/scenarios/"  # where the fixtures were recorded
+
+
+def load(name: str) -> Snapshot:
+    return Snapshot.from_json((FIXTURES / f"snapshot_{name}.json").read_text())
+
+
+def first_samples(snapshot: Snapshot, k: int = 1) -> Snapshot:
+    """The snapshot as `attach --samples k` would have taken it."""
+    return replace(
+        snapshot,
+        nodes=tuple(
+            replace(n, ranks=tuple(replace(r, samples=r.samples[:k]) for r in n.ranks))
+            for n in snapshot.nodes
+        ),
+    )
+
+
+def map_ranks(snapshot: Snapshot, change) -> Snapshot:  # type: ignore[no-untyped-def]
+    return replace(
+        snapshot,
+        nodes=tuple(replace(n, ranks=tuple(change(r) for r in n.ranks)) for n in snapshot.nodes),
+    )
+
+
+def top(snapshot: Snapshot):  # type: ignore[no-untyped-def]
+    return diagnose(snapshot).verdicts[0]
+
+
+# ------------------------------------------------------------------------- thread identity
+
+
+def renamed_dump() -> tuple[ThreadStack, ...]:
+    return parse_pyspy_json(json.loads((FIXTURES / "pyspy_renamed_main_thread.json").read_text()))
+
+
+def test_main_thread_is_the_os_thread_whose_id_is_the_pid_not_the_name() -> None:
+    # GIVEN a real dump of a rank whose main thread is named "trainer", py-spy listing
+    # multiprocessing's QueueFeederThread first
+    threads = renamed_dump()
+    assert [t.name for t in threads] == ["QueueFeederThread", "trainer"]
+    pid = next(t.os_thread_id for t in threads if t.name == "trainer")
+    # WHEN the main thread is chosen with the rank's pid
+    main, rule = pick_main_thread(Sample(t=0, threads=threads), pid)
+    # THEN it is the thread whose OS id is the pid
+    assert (main.name, rule) == ("trainer", "os_thread_id")
+    assert main.frames[0].function == "all_reduce"
+
+
+def test_without_os_ids_the_idle_feeder_thread_is_never_the_main_thread() -> None:
+    # GIVEN the same dump without OS thread ids (py-spy's text output has none)
+    threads = tuple(replace(t, os_thread_id=None) for t in renamed_dump())
+    # THEN the feeder is recognised as idle by its frames (threading wait, no user frame)
+    feeder, trainer = threads
+    assert is_idle_thread(feeder) and not is_idle_thread(trainer)
+    # AND the fallback picks the thread that is not idle, and says which rule it used
+    main, rule = pick_main_thread(Sample(t=0, threads=threads), pid=12345)
+    assert (main.name, rule) == ("trainer", "not_idle")
+
+
+def test_renamed_main_thread_job_blames_rank_5_in_its_final_barrier() -> None:
+    # GIVEN the real snapshot: 8 ranks renamed "trainer", a DataLoader worker and a feeder
+    # thread each; rank 5 in the final barrier, the others in all_reduce
+    for snapshot in (load("renamed_main_dataloader"), first_samples(load("renamed_main_dataloader"))):
+        v = top(snapshot)
+        # THEN rank 5 is the culprit at the barrier, with confidence
+        assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (5,))
+        assert v.sites == (SCENARIOS + "renamed_main_dataloader.py:51",)
+        assert v.confidence == "high"
+        assert "threading.py" not in v.summary
+
+
+def test_renamed_job_without_os_ids_names_the_fallback_rule_in_the_evidence() -> None:
+    snapshot = map_ranks(
+        load("renamed_main_dataloader"),
+        lambda r: replace(
+            r,
+            samples=tuple(
+                replace(s, threads=tuple(replace(t, os_thread_id=None) for t in s.threads))
+                for s in r.samples
+            ),
+        ),
+    )
+    v = top(snapshot)
+    assert v.culprit_ranks == (5,)
+    assert any("rule 'not_idle'" in line for line in v.evidence), v.evidence
+
+
+# ------------------------------------------------------------------- measured progress
+
+
+def test_silent_compute_phase_is_not_a_hang_with_any_number_of_samples() -> None:
+    # GIVEN the real snapshot of 4 ranks computing in a long loop of tensor maths (5-7 % of a
+    # core each on the crowded test machine), no collective on any stack
+    for snapshot in (load("silent_compute"), first_samples(load("silent_compute"))):
+        verdicts = diagnose(snapshot).verdicts
+        # THEN no hang verdict at all, and the first says why
+        assert [v.severity for v in verdicts if v.severity != "info"] == []
+        assert verdicts[0].kind == "progressing"
+        assert "no collective" in verdicts[0].summary
+
+
+def test_same_stacks_with_no_cpu_between_samples_are_not_computing() -> None:
+    # GIVEN the silent-compute snapshot with the main threads' CPU frozen and py-spy calling
+    # them idle (what a rank parked in a C call looks like)
+    def frozen(r):  # type: ignore[no-untyped-def]
+        return replace(
+            r,
+            samples=tuple(
+                replace(
+                    s,
+                    threads=tuple(replace(t, cpu_s=1.0, active=False) for t in s.threads),
+                    io=(0, 0, 0, 0),
+                )
+                for s in r.samples
+            ),
+        )
+
+    verdicts = diagnose(map_ranks(load("silent_compute"), frozen)).verdicts
+    # THEN it is no longer taken for work
+    assert verdicts[0].kind != "progressing"
+
+
+def test_store_wait_blames_only_the_rank_that_polls_for_the_file() -> None:
+    # GIVEN the real snapshot: ranks 0,1,3 in store.wait (socket wait), rank 2 in a
+    # `while not exists: sleep` loop
+    for snapshot in (load("store_wait"), first_samples(load("store_wait"))):
+        v = top(snapshot)
+        # THEN rank 2 alone is the culprit, the others wait on a peer, not stragglers
+        assert (v.kind, v.culprit_ranks) == ("straggler", (2,))
+        assert v.sites == (SCENARIOS + "store_wait.py:31", SCENARIOS + "store_wait.py:wait_for_upstream")
+        assert "wait on a peer" in v.summary
+        assert any("TCPStore" in line for line in v.evidence)
+
+
+def poll_between_lines(r, cpu_per_sample: float):  # type: ignore[no-untyped-def]
+    """Rank 2 caught on the `while` line in its second sample (the loop's other line)."""
+    if r.rank != 2:
+        return r
+    samples = []
+    for i, s in enumerate(r.samples):
+        main = s.threads[0]
+        frames = main.frames
+        if i == 1:
+            frames = (replace(frames[0], line=30), *frames[1:])
+        samples.append(replace(s, threads=(replace(main, frames=frames,
+                                                   cpu_s=1.0 + cpu_per_sample * i),)))
+    return replace(r, samples=tuple(samples))
+
+
+def test_sleep_poll_loop_moving_between_two_lines_is_stuck() -> None:
+    # GIVEN rank 2 seen on both lines of its poll loop, its CPU not advancing
+    snapshot = map_ranks(load("store_wait"), lambda r: poll_between_lines(r, 0.0))
+    v = top(snapshot)
+    # THEN it is a straggler polling in wait_for_upstream, not a spinning or progressing rank
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,))
+    assert SCENARIOS + "store_wait.py:wait_for_upstream" in v.sites
+    assert "polling" in v.summary
+
+
+def test_the_same_loop_using_cpu_is_spinning() -> None:
+    # GIVEN the same moving stacks, the thread using half a core between samples
+    snapshot = map_ranks(load("store_wait"), lambda r: poll_between_lines(r, 0.5))
+    v = top(snapshot)
+    assert (v.kind, v.culprit_ranks) == ("spinning", (2,))
+
+
+def test_ranks_blocked_alone_at_a_socket_are_not_a_peer_wait() -> None:
+    # GIVEN one rank idle in a C call on a socket while three others wait in an all_reduce
+    s = job(2, 2, lambda r: [in_user(40)] * 3 if r == 1 else [collective("all_reduce")] * 3,
+            overrides={1: {"wchan": "poll_schedule_timeout.constprop.0"}})
+    v = top(s)
+    # THEN that rank is the straggler (a peer wait needs ranks waiting together)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,))
+
+
+# ------------------------------------------------------------------------- who waits for whom
+
+
+def test_wrong_group_blames_the_rank_nobody_waits_with() -> None:
+    # GIVEN the real snapshot: evens 0,2,6 in their subgroup's all_reduce, odds in the world
+    # barrier, rank 4 in an all_reduce without group=
+    for snapshot in (load("wrong_group"), first_samples(load("wrong_group"))):
+        v = top(snapshot)
+        # THEN rank 4 only, and the evidence says the groups' membership was not known
+        assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (4,))
+        assert v.sites == (SCENARIOS + "wrong_group.py:25",)
+        assert any("membership is not visible" in line for line in v.evidence)
+
+
+def test_two_sided_mismatch_still_blames_the_minority() -> None:
+    # GIVEN two groups only (ranks 0,1 in a barrier, 2-7 in all_reduce): no rank waits alone
+    s = job(4, 2, lambda r: [collective("barrier", 70)] * 3 if r < 2 else [collective("all_reduce")] * 3)
+    v = top(s)
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (0, 1))
+
+
+# ------------------------------------------------------------------------------ confidence
+
+
+def test_verdict_on_library_frames_only_says_it_is_unsure() -> None:
+    # GIVEN rank 1 parked in a stdlib wait with no user frame, the others in all_reduce
+    parked = stack("wait threading.py:327", "get queue.py:171", "run threading.py:982")
+    s = job(2, 2, lambda r: [parked] * 3 if r == 1 else [collective("all_reduce")] * 3)
+    v = top(s)
+    assert v.culprit_ranks == (1,)
+    assert v.confidence == "low"
+    assert any(line.startswith("unsure: no frame of the job's own code") for line in v.evidence)
+
+
+# -------------------------------------------------------------------------------- collector
+
+
+def test_read_usage_measures_this_process_threads_and_io() -> None:
+    # GIVEN this process, with a second thread
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait)
+    helper.start()
+    try:
+        pid = os.getpid()
+        usage = read_usage(pid, read_stat(pid))
+    finally:
+        stop.set()
+        helper.join()
+    # THEN every thread's CPU seconds are read, the main thread's under the pid
+    assert str(pid) in usage["threads"] and str(helper.native_id) in usage["threads"]
+    assert usage["cpu_s"] >= usage["threads"][str(pid)] > 0
+    assert len(usage["io"]) == 4 and usage["io"][0] > 0  # rchar: this test read files
+
+
+def test_assembled_sample_carries_thread_cpu_by_os_thread_id() -> None:
+    raw = json.loads((FIXTURES / "pyspy_renamed_main_thread.json").read_text())
+    (sample,) = _samples([{"t": 1.0, "threads": raw, "error": None,
+                           "usage": {"cpu_s": 3.5, "threads": {"884": 2.25, "2335": 0.0},
+                                     "io": [1, 2, 3, 4]}}])
+    assert [(t.name, t.cpu_s) for t in sample.threads] == [("QueueFeederThread", 0.0),
+                                                           ("trainer", 2.25)]
+    assert (sample.cpu_s, sample.io) == (3.5, (1, 2, 3, 4))
+    # an old node document without usage still assembles
+    (old,) = _samples([{"t": 1.0, "threads": raw, "error": None}])
+    assert old.cpu_s is None and old.io is None and old.threads[1].cpu_s is None
+
+
+def test_merge_reports_measured_cpu_of_the_main_thread() -> None:
+    digests = merge_stacks(load("silent_compute")).digests
+    assert all(d.main_rule == "os_thread_id" for d in digests)
+    assert all(d.cpu_fraction is not None and d.cpu_fraction > 0.02 for d in digests)
+
+
+# ------------------------------------------------ i13b's corpus (real snapshots of its runs)
+
+ACCURACY = FIXTURES.parent / "accuracy"
+
+
+def test_rank_waiting_for_its_child_names_the_childs_command() -> None:
+    # GIVEN rank 3 in subprocess.run of `flock <log> cp ...` (wchan do_wait), ranks 0-2 in
+    # all_reduce
+    snapshot = Snapshot.from_json((ACCURACY / "child_process_wait.default.json").read_text())
+    v = top(snapshot)
+    # THEN the straggler is said to wait for its child, whose command is named
+    assert (v.kind, v.culprit_ranks) == ("straggler", (3,))
+    assert "waiting for a child process" in v.summary and "flock" in v.summary
+    assert "child process" in (v.next_step or "")
+
+
+def test_point_to_point_pair_is_the_culprit_of_a_two_to_two_tie() -> None:
+    # GIVEN ranks 2 and 3 both in recv from each other, ranks 0-1 in the gradient all_reduce
+    snapshot = Snapshot.from_json((ACCURACY / "p2p_deadlock.default.json").read_text())
+    v = top(snapshot)
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (2, 3))
+
+
+def test_ranks_in_a_store_get_wait_for_the_rank_that_never_sets_the_key() -> None:
+    # GIVEN ranks 0-6 in store.get of a key rank 7 set under another name; rank 7 in barrier
+    for snapshot in (load("store_key_never_set"), first_samples(load("store_key_never_set"))):
+        v = top(snapshot)
+        # THEN rank 7 only (not the seven store readers as stragglers)
+        assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (7,))
+        assert v.sites == (SCENARIOS + "store_key_never_set.py:38",)
+
+
+def test_ranks_in_an_async_work_wait_wait_for_the_rank_in_the_barrier() -> None:
+    # GIVEN ranks 0-2 in work.wait() of an async all_reduce (a C++ call, wchan futex), rank 3
+    # in a barrier in its except-branch
+    for snapshot in (load("async_work_wait"), first_samples(load("async_work_wait"))):
+        v = top(snapshot)
+        assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (3,))
+        assert v.sites == (SCENARIOS + "async_work_wait.py:34",)
+
+
+# --------------------------------------------------------------- threads the main waits on
+
+
+def test_main_thread_waiting_on_a_queue_names_the_thread_stuck_in_user_code() -> None:
+    # GIVEN rank 2's main thread in queue.get, its prefetch thread stuck in the job's own code
+    # (a blocking read), an idle feeder thread beside; ranks 0,1,3 in all_reduce
+    prefetch = thread(stack("read_shard loader.py:40", "run loader.py:22",
+                            "_bootstrap_inner threading.py:1045"), name="prefetch", thread_id=7)
+    feeder = thread(stack("wait threading.py:327", "_feed multiprocessing/queues.py:231",
+                          "run threading.py:982"), name="QueueFeederThread", thread_id=8)
+    s = job(2, 2, lambda r: [dataloader_wait() if r == 2 else collective("all_reduce")] * 3,
+            overrides={2: {"extra_threads": (prefetch, feeder)}})
+    v = top(s)
+    # THEN the straggler's summary says its main thread waits on that thread, at its site
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,))
+    assert "waits on thread prefetch (loader.py:40)" in v.summary
+    assert "QueueFeederThread" not in v.summary
+
+
+def test_terminal_banner_says_when_a_verdict_is_unsure() -> None:
+    from slurmdiag.report.terminal import format_summary
+
+    parked = stack("wait threading.py:327", "get queue.py:171", "run threading.py:982")
+    s = job(2, 2, lambda r: [parked] * 3 if r == 1 else [collective("all_reduce")] * 3)
+    lines = format_summary(s, diagnose(s), color=False, report_path=None)
+    assert any(line.startswith("CRITICAL straggler (low confidence") for line in lines), lines
+    sure = job(2, 2, lambda r: [in_user(40)] * 3 if r == 1 else [collective("all_reduce")] * 3,
+               overrides={1: {"wchan": "hrtimer_nanosleep"}})
+    assert not any("low confidence" in line for line in format_summary(
+        sure, diagnose(sure), color=False, report_path=None))
+
+
+def test_two_ranks_stuck_in_one_socket_call_while_most_wait_in_all_reduce_are_stragglers() -> None:
+    # GIVEN ranks 3 and 5 idle at the same C call on a socket (a remote service without a
+    # timeout), ranks 0-2,4,6,7 in all_reduce
+    def stacks(r: int):  # type: ignore[no-untyped-def]
+        return [in_user(40)] * 3 if r in (3, 5) else [collective("all_reduce")] * 3
+
+    wchan = {"wchan": "sk_wait_data"}
+    v = top(job(4, 2, stacks, overrides={3: wchan, 5: wchan}))
+    # THEN they are the stragglers, not ranks the others wait with
+    assert (v.kind, v.culprit_ranks) == ("straggler", (3, 5))
