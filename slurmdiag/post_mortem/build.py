@@ -259,7 +259,8 @@ def build_postmortem(
     seen = {f.rank for f in rank_logs.findings if f.rank is not None} | set(rank_logs.last_lines)
     if seen and (world is None or max(seen) >= world):
         world = max(seen) + 1
-    core_search = (search_cores(record.job.work_dir, record.job.job_id, runner, tuple(core_dirs))
+    core_search = (search_cores(record.job.work_dir, record.job.job_id, runner, tuple(core_dirs),
+                                owner_uid=job_uid(record.job.user))
                    if cores else CoreSearch(notes=("core files not searched (--no-cores)",)))
     notes.extend(core_search.notes)
     for core in core_search.cores:

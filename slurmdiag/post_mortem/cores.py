@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmdiag.safeio import decimal_int
+from slurmdiag.safeio import decimal_int, open_job_file
 from slurmdiag.snapshot import Frame
 from slurmdiag.transport.run import Runner
 
@@ -48,11 +48,11 @@ class CoreSearch:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def core_environment(path: str) -> dict[str, str]:
-    """The Slurm/torch identity variables found in a core (its last occurrence of each)."""
+def core_environment(fd: int) -> dict[str, str]:
+    """The Slurm/torch identity variables found in an open core (its last occurrence of each)."""
     found: dict[str, str] = {}
     try:
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
             for key in _ENV_KEYS:
                 at = data.rfind(b"\0" + key + b"=")
                 if at < 0:
@@ -163,13 +163,21 @@ def find_core_files(work_dir: str | None, pattern: str | None, extra_dirs: tuple
     return found[:MAX_CORES], notes
 
 
-def read_core(path: str, job_id: str, runner: Runner) -> CoreStack | None:
-    """The core's owner and stack; None when the core is not this job's."""
+def read_core(path: str, job_id: str, runner: Runner, owner_uid: int | None) -> CoreStack | None:
+    """The core's owner and stack; None when the core is not this job's.
+
+    A core sits in a directory the job controls: it is read only under the job-named-path rule
+    (``safeio``: a regular file of the job's user, no link), and only then handed to the tools."""
     try:
-        size = os.stat(path).st_size
+        fd = open_job_file(path, owner_uid=owner_uid)
     except OSError as exc:
-        return CoreStack(path=path, size=0, message=f"unreadable: {exc.strerror}")
-    env = core_environment(path)
+        return CoreStack(path=path, size=0, message=f"not read: {exc.strerror or exc}")
+    try:
+        size = os.fstat(fd).st_size
+        env = core_environment(fd)
+        executable = _executable_of(fd)
+    finally:
+        os.close(fd)
     if env.get("SLURM_JOB_ID") and env["SLURM_JOB_ID"] != job_id.split("_")[0].split("+")[0]:
         return None
     rank_text = env.get("RANK") or env.get("SLURM_PROCID")
@@ -187,22 +195,19 @@ def read_core(path: str, job_id: str, runner: Runner) -> CoreStack | None:
             f"pystack failed: {(result.stderr or result.stdout).strip()[-200:]}")
     else:
         message = "pystack is not installed (pip install 'slurmdiag[postmortem]')"
-    if shutil.which("gdb"):
-        executable = _executable_of(path)
-        if executable:
-            result = runner(gdb_argv(path, executable), PYSTACK_TIMEOUT_S)
-            frames = parse_gdb_backtrace(result.stdout)
-            if frames:
-                return CoreStack(**{**base.__dict__, "frames": frames, "tool": "gdb",
-                                    "message": message})
+    if executable and shutil.which("gdb"):
+        result = runner(gdb_argv(path, executable), PYSTACK_TIMEOUT_S)
+        frames = parse_gdb_backtrace(result.stdout)
+        if frames:
+            return CoreStack(**{**base.__dict__, "frames": frames, "tool": "gdb",
+                                "message": message})
     return CoreStack(**{**base.__dict__, "message": message})
 
 
-def _executable_of(path: str) -> str | None:
+def _executable_of(fd: int) -> str | None:
     """The executable a core names in its file mappings (the first absolute path to a binary)."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(1 << 20)
+        head = os.pread(fd, 1 << 20, 0)
     except OSError:
         return None
     for match in re.finditer(rb"(/[\w./+-]+/(?:python[\d.]*|[\w.+-]+))\0", head):
@@ -216,7 +221,8 @@ def coredumpctl_argv(job_pids: tuple[int, ...] = ()) -> list[str]:
     return ["coredumpctl", "--no-pager", "list", *[str(p) for p in job_pids]]
 
 
-def search_cores(work_dir: str | None, job_id: str, runner: Runner, extra_dirs: tuple[str, ...] = ()) -> CoreSearch:
+def search_cores(work_dir: str | None, job_id: str, runner: Runner, extra_dirs: tuple[str, ...] = (),
+                 owner_uid: int | None = None) -> CoreSearch:
     """Every core of this job that could be found, with stacks where a tool could read them."""
     paths, notes = find_core_files(work_dir, core_pattern(), extra_dirs)
     if shutil.which("coredumpctl"):
@@ -225,7 +231,7 @@ def search_cores(work_dir: str | None, job_id: str, runner: Runner, extra_dirs: 
             notes.append("coredumpctl lists cores: read them with 'coredumpctl debug PID'")
     cores = []
     for path in paths:
-        core = read_core(path, job_id, runner)
+        core = read_core(path, job_id, runner, owner_uid)
         if core is not None:
             cores.append(core)
     return CoreSearch(cores=tuple(cores), notes=tuple(notes))

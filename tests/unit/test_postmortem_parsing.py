@@ -436,3 +436,26 @@ def test_a_given_log_that_is_gone_is_the_same_error(tmp_path):
     runner = _runner({"--json": (1, "", "unrecognized option"), "--parsable2": (0, text, "")})
     with pytest.raises(LogsGone):
         build_postmortem("703603", runner=runner, cores=False, logs=(str(tmp_path / "nope.out"),))
+
+
+def test_a_core_file_of_another_user_or_a_link_is_not_read(tmp_path):
+    # GIVEN a job directory holding a "core" owned by someone else and a "core.1" link to it
+    from slurmdiag.post_mortem.cores import search_cores
+    from slurmdiag.transport.run import CommandResult
+
+    planted = tmp_path / "core"
+    planted.write_bytes(b"\0SLURM_JOB_ID=7\0RANK=3\0")
+    os.chown(planted, 65534, 65534)
+    (tmp_path / "core.1").symlink_to(planted)
+    calls = []
+
+    def runner(argv, timeout):
+        calls.append(argv)
+        return CommandResult(argv=tuple(argv), returncode=1, stdout="", stderr="", duration_s=0.0)
+
+    # WHEN the post-mortem looks for the job's cores as the job's user (root here)
+    search = search_cores(str(tmp_path), "7", runner, owner_uid=os.getuid())
+    # THEN the foreign core is reported as not read, the link is never followed, no tool ran on it
+    assert [c.path for c in search.cores] == [str(planted)]
+    assert search.cores[0].message.startswith("not read:") and search.cores[0].rank is None
+    assert calls == []
