@@ -23,6 +23,7 @@ from slurmdiag.analysis.model import finding as _verdict
 from slurmdiag.safeio import decimal_int
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Gpu, Node, Snapshot, Verdict
+from slurmdiag.vocabulary import severity_rank
 
 __all__ = ["gpu_findings", "gpu_ranks"]
 
@@ -393,5 +394,4 @@ def gpu_findings(snapshot: Snapshot, hung: bool = True) -> list[Verdict]:
     for node in nodes:
         found.extend(_node_findings(node, snapshot))
     found.extend(_spin_findings(nodes, hung))
-    order = {"critical": 0, "warning": 1, "info": 2}
-    return sorted(found, key=lambda v: order.get(v.severity, 3))
+    return sorted(found, key=lambda v: severity_rank(v.severity))

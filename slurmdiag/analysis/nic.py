@@ -34,6 +34,7 @@ from slurmdiag.analysis.model import finding as _verdict
 from slurmdiag.safeio import decimal_int
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Interface, LogFinding, Node, Snapshot, Verdict
+from slurmdiag.vocabulary import severity_rank
 
 __all__ = [
     "interface_matches",
@@ -895,5 +896,4 @@ def nic_findings(snapshot: Snapshot) -> list[Verdict]:
     found.extend(logs)
     found.extend(_mtu_findings(hosts, used_by_host, named_by_node, log_ifaces))
     found.extend(_ib_findings(hosts))
-    order = {"critical": 0, "warning": 1, "info": 2}
-    return sorted(found, key=lambda v: order.get(v.severity, 3))
+    return sorted(found, key=lambda v: severity_rank(v.severity))

@@ -62,6 +62,7 @@ from slurmdiag.analysis.stacks import (
 )
 from slurmdiag.slurm.parse import compress_hostlist
 from slurmdiag.snapshot import Frame, LogFinding, Snapshot, Verdict, WorkerProcess
+from slurmdiag.vocabulary import severity_rank
 
 __all__ = ["HANG_KINDS", "diagnose"]
 
@@ -73,7 +74,6 @@ HANG_KINDS = (
     "all_waiting",
     "idle",
 )
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 NEXT_STEPS = {
     "mismatched_collective": (
@@ -1328,7 +1328,7 @@ def diagnose(snapshot: Snapshot) -> Analysis:
             )
         )
     verdicts = sorted(
-        enumerate(hang + others), key=lambda iv: (SEVERITY_ORDER.get(iv[1].severity, 3), iv[0])
+        enumerate(hang + others), key=lambda iv: (severity_rank(iv[1].severity), iv[0])
     )
     notes = list(merge.notes) + list(layout.notes)
     if merge.unidentified:

@@ -27,9 +27,11 @@ import jinja2
 
 from slurmdiag import _version
 from slurmdiag.analysis.model import Analysis, ClassifiedFrame, StackClass, TreeNode
+from slurmdiag.analysis.stacks import is_user_file
 from slurmdiag.safeio import atomic_write, decimal_int, iter_job_lines, job_uid
 from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
 from slurmdiag.snapshot import Frame, Gpu, Node, Rank, Snapshot, ThreadStack, Verdict
+from slurmdiag.vocabulary import known_severity, severity_rank
 
 __all__ = ["read_source_lines", "render_html", "render_report_file", "source_frames", "write_report"]
 
@@ -74,7 +76,6 @@ _CLOCK_REASONS: tuple[tuple[int, str, str], ...] = (
 )
 
 _LEVEL_ORDER = {"ok": 0, "muted": 0, "busy": 1, "info": 1, "warn": 2, "bad": 3}
-_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 _ANCHOR_UNSAFE = re.compile(r"\s")
 
 
@@ -551,7 +552,7 @@ def _probe_fields(snapshot: Snapshot) -> dict[str, Any]:
 
 def ordered_verdicts(analysis: Analysis) -> list[Verdict]:
     """The analysis' verdicts, most severe first (stable within a severity)."""
-    return sorted(analysis.verdicts, key=lambda v: _SEVERITY_ORDER.get(v.severity, 3))
+    return sorted(analysis.verdicts, key=lambda v: severity_rank(v.severity))
 
 
 def _verdict_view(ctx: _Context, verdict: Verdict) -> VerdictView:
@@ -563,7 +564,7 @@ def _verdict_view(ctx: _Context, verdict: Verdict) -> VerdictView:
     )
     return VerdictView(
         kind=verdict.kind,
-        severity=verdict.severity if verdict.severity in _SEVERITY_ORDER else "info",
+        severity=known_severity(verdict.severity),
         summary=verdict.summary,
         next_step=verdict.next_step,
         evidence=tuple(verdict.evidence),
@@ -1057,16 +1058,8 @@ def _thread_view(ctx: _Context, thread: ThreadStack) -> ThreadView:
 
 
 def _looks_like_user_file(frame: Frame) -> bool:
-    """Rough user/library split for frames the analysis did not classify (thread listings)."""
-    if frame.native:
-        return False
-    path = frame.file
-    return not (
-        "site-packages" in path
-        or "dist-packages" in path
-        or path.startswith("<")
-        or "/lib/python" in path
-    )
+    """The analysis' own user/library rule, for frames it did not classify (thread listings)."""
+    return not frame.native and is_user_file(frame.file)
 
 
 def _state_cell(state: str | None) -> Cell:

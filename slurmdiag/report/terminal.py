@@ -16,6 +16,7 @@ from slurmdiag.report.render import group_node_problems, ordered_verdicts, short
 from slurmdiag.safeio import one_line
 from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
 from slurmdiag.snapshot import Snapshot, Verdict
+from slurmdiag.vocabulary import known_severity
 
 __all__ = ["format_summary", "should_color"]
 
@@ -34,7 +35,6 @@ _STYLES = {
     "bad": "\x1b[31m",
     "warn": "\x1b[33m",
 }
-_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
 def should_color(stream: TextIO, environ: Mapping[str, str]) -> bool:
@@ -117,7 +117,7 @@ def _verdict_lines(analysis: Analysis, paint: Paint) -> list[str]:
 
 
 def _one_verdict(verdict: Verdict, node_of: Mapping[int, str], paint: Paint) -> list[str]:
-    severity = verdict.severity if verdict.severity in _SEVERITY_ORDER else "info"
+    severity = known_severity(verdict.severity)
     unsure = " (low confidence: no frame of the job's own code)" if verdict.confidence == "low" else ""
     lines = [f"{paint(severity, severity.upper())} {paint('bold', clean(verdict.kind))}{unsure}",
              f"  {clean(verdict.summary)}"]

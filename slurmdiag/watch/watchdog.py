@@ -52,6 +52,7 @@ from slurmdiag.slurm.parse import (
     parse_squeue_text,
 )
 from slurmdiag.snapshot import Snapshot, Verdict
+from slurmdiag.vocabulary import severity_rank
 from slurmdiag.watch.notify import Alert, SendResult, notify
 from slurmdiag.watch.state import OutputFile, StateDB, WatchLock, verdict_fingerprint
 
@@ -387,7 +388,7 @@ def classify_verdicts(verdicts: Sequence[Verdict]) -> tuple[bool, tuple[Verdict,
 
 
 def _severity_rank(verdict: Verdict) -> int:
-    return {"critical": 0, "warning": 1}.get(verdict.severity, 2)
+    return severity_rank(verdict.severity)
 
 
 def alert_verdicts(verdicts: Sequence[Verdict], hang: Sequence[Verdict]) -> tuple[Verdict, ...]:
