@@ -21,9 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from slurmdiag import _version
 from slurmdiag.analysis.model import Analysis, ClassifiedFrame, StackClass, TreeNode
@@ -32,6 +30,9 @@ from slurmdiag.safeio import atomic_write, decimal_int, iter_job_lines, job_uid
 from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
 from slurmdiag.snapshot import Frame, Gpu, Node, Rank, Snapshot, ThreadStack, Verdict
 from slurmdiag.vocabulary import known_severity, severity_rank
+
+if TYPE_CHECKING:  # jinja2 loads when a page is rendered: the terminal summary never needs it
+    import jinja2
 
 __all__ = ["read_source_lines", "render_html", "render_report_file", "source_frames", "write_report"]
 
@@ -398,6 +399,8 @@ def source_frames(analysis: Analysis) -> list[tuple[str, int | None]]:
 
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_load_template),
         autoescape=True,
@@ -415,6 +418,8 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     use unless it is ours and mode 0700; entries are keyed by the template's source checksum. No
     usable directory: templates are compiled on every run, as without a cache.
     """
+    import jinja2
+
     try:
         return jinja2.FileSystemBytecodeCache()
     except (OSError, RuntimeError):

@@ -128,3 +128,15 @@ def test_should_color_on_a_closed_stream() -> None:
     stream = io.StringIO()
     stream.close()
     assert should_color(stream, {}) is False
+
+
+def test_the_terminal_summary_does_not_load_jinja2() -> None:
+    # GIVEN a fresh interpreter WHEN the terminal summary's module is imported
+    import subprocess
+    import sys
+
+    code = "import sys, slurmdiag.report.terminal; print('jinja2' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    # THEN the HTML template engine is not loaded (it comes with the first rendered page)
+    assert done.stdout.strip() == "False"
