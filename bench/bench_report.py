@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.synthetic
+
+from support.synthetic import JobShape, rank_gated_job
 
 from slurmdiag.analysis import analyze
 from slurmdiag.analysis.model import Analysis
-from slurmdiag.report._synthetic import JobShape, rank_gated_job
 from slurmdiag.report.render import render_html
 from slurmdiag.snapshot import Frame, Snapshot
 

@@ -21,14 +21,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
-from slurmdiag.analysis import analyze
-from slurmdiag.report._synthetic import (
+from support.synthetic import (
     HOSTILE_ENV,
     HOSTILE_JOB_NAME,
     HOSTILE_THREAD,
     with_hostile_strings,
 )
+
+from slurmdiag.analysis import analyze
 from slurmdiag.report.render import render_html, write_report
 from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Snapshot

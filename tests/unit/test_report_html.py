@@ -10,11 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
-from slurmdiag.analysis import analyze
-from slurmdiag.analysis.model import Analysis
-from slurmdiag.report import render
-from slurmdiag.report._synthetic import (
+from support.synthetic import (
     HOSTILE_DIR,
     HOSTILE_ENV,
     HOSTILE_JOB_NAME,
@@ -23,6 +19,10 @@ from slurmdiag.report._synthetic import (
     rank_gated_job,
     with_hostile_strings,
 )
+
+from slurmdiag.analysis import analyze
+from slurmdiag.analysis.model import Analysis
+from slurmdiag.report import render
 from slurmdiag.report.render import gpu_cells, read_source_lines, render_html, write_report
 from slurmdiag.snapshot import Gpu, Job, Node, Snapshot
 

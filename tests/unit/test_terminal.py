@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from support.synthetic import JobShape, rank_gated_job, with_hostile_strings
 
 from slurmdiag.analysis import analyze
 from slurmdiag.analysis.model import Analysis
-from slurmdiag.report._synthetic import JobShape, rank_gated_job, with_hostile_strings
 from slurmdiag.report.terminal import clean, format_summary, should_color
 from slurmdiag.snapshot import Job, Node, Snapshot
 
