@@ -37,7 +37,7 @@ cluster: setup
 	$(CLUSTER) up --nodes $(NODES)
 
 test: setup cluster
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
 
 unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not cluster and not browser and not ssh"

@@ -129,6 +129,13 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def _watch(trigger: Path, dump: Path, poll_s: float) -> None:
+    # torch's first Flight Recorder dump of a process imports torch._dynamo (about 800 modules,
+    # sympy among them: 2 s here, 26 s on a loaded 2-core node), longer than attach waits for a
+    # dump. Imported once here, in this daemon thread, the dump asked for during a hang is quick.
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # noqa: BLE001, S110 - a warm-up only; never kill the training job
+        pass
     while True:
         if os.path.lexists(trigger):
             try:

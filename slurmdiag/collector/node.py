@@ -2226,6 +2226,21 @@ def side_work(nvidia_smi, clock, found):
         found["nics"] = {"interfaces": [], "ib_ports": [], "message": f"collector bug: {exc!r}"}
 
 
+def _untraced_stat(pid, tries=20):
+    """``read_stat`` of a process our own strace is attached to, past its syscall stops.
+
+    strace stops the tracee at every syscall entry and exit (state ``t``, tracing stop); read
+    at such an instant, a rank blocked in ``read`` or busy in a loop of calls would be shown as
+    stopped. A state ``t`` that persists over ~20 ms is reported as it is.
+    """
+    stat = read_stat(pid)
+    while stat is not None and stat["state"] == "t" and tries > 0:
+        time.sleep(0.001)
+        tries -= 1
+        stat = read_stat(pid)
+    return stat
+
+
 def start_strace(ranks, strace, strace_s, clock, errors):
     """Start ``strace -c`` on every rank for ``strace_s`` s (shortened to fit the deadline) as
     background tasks; (ranks, tasks or None, message) for finish_strace."""
@@ -2468,7 +2483,7 @@ def collect(args, clock, doc, status):
     # Process state and CPU over the sampling window.
     _enter_phase(status, "process state")
     for entry in entries:
-        stat = read_stat(entry["pid"])
+        stat = _untraced_stat(entry["pid"]) if tracing is not None else read_stat(entry["pid"])
         begun, ticks, starttime = window_start[entry["pid"]]
         if stat is None or stat["starttime"] != starttime:
             entry["errors"].append("process exited during collection")

@@ -296,26 +296,42 @@ def test_pyspy_and_strace_not_permitted(light_job, tmp_path):
 
 
 def test_srun_refused_for_a_job_of_another_user(light_job, tmp_path):
-    # GIVEN an operator account without rights on the job (root's): Slurm refuses it the step
+    # GIVEN an operator account without rights on the job (root's)
     user = other_user()
     out = Path(tempfile.mkdtemp(prefix="slurmdiag-fault-"))
     os.chown(out, user.uid, user.gid)
     site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    as_user = ["runuser", "-u", user.name, "--", "env", f"PYTHONPATH={REPO}:{site}",
+               f"SLURM_CONF={os.environ.get('SLURM_CONF', '')}", "PATH=/usr/bin:/bin",
+               "/usr/bin/python3"]
     try:
+        # WHEN it attaches: the job's owner is compared with the caller before any step
         done = subprocess.run(
-            ["runuser", "-u", user.name, "--", "env", f"PYTHONPATH={REPO}:{site}",
-             f"SLURM_CONF={os.environ.get('SLURM_CONF', '')}", "PATH=/usr/bin:/bin",
-             "/usr/bin/python3", "-m", "slurmdiag.cli", "attach", light_job.job_id,
+            [*as_user, "-m", "slurmdiag.cli", "attach", light_job.job_id,
              "--samples", "1", "--strace", "0", "--timeout", "20", "--out", str(out / "d")],
             capture_output=True, text=True, timeout=120, cwd=out, check=False)
-        # THEN one line with a hint and exit 6; the snapshot names each node and Slurm's refusal
-        assert done.returncode == 6, done.stderr
+        # THEN one line naming the owner and what is needed, exit 11, and no step was tried
+        assert done.returncode == 11, done.stderr
         assert "Traceback" not in done.stderr and "hint:" in done.stderr
-        snapshot = json.loads((out / "d" / "snapshot.json").read_text())
-        assert {n["status"] for n in snapshot["nodes"]} == {"unreachable"}
-        assert all("; srun: error: Unable to create step" in n["message"]
-                   for n in snapshot["nodes"]), snapshot["nodes"]
-        assert "refused" in done.stderr or "denied" in done.stderr.lower()
+        assert "belongs to root" in done.stderr
+        # AND WHEN its transport asks Slurm for the step all the same (a site whose owner
+        # check cannot tell): Slurm's refusal is data per node, not a crash
+        probe = (
+            "import json\n"
+            "from slurmdiag.assemble import node_from_outcome\n"
+            "from slurmdiag.transport.collect import CollectOptions, fan_out_srun\n"
+            f"nodes = {list(light_job.nodes())!r}\n"
+            f"r = fan_out_srun({light_job.job_id!r}, nodes, "
+            "CollectOptions(samples=1, strace_s=0, timeout_s=20))\n"
+            "print(json.dumps([[v.status, v.message] for v in "
+            "(node_from_outcome(r.nodes[n]) for n in nodes)]))\n"
+        )
+        done = subprocess.run([*as_user, "-c", probe], capture_output=True, text=True,
+                              timeout=120, cwd=out, check=False)
+        assert done.returncode == 0, done.stderr
+        views = json.loads(done.stdout.strip().splitlines()[-1])
+        assert {status for status, _ in views} == {"unreachable"}, views
+        assert all("Unable to create step" in (message or "") for _, message in views), views
     finally:
         subprocess.run(["rm", "-rf", str(out)], check=False)
 

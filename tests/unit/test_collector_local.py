@@ -914,3 +914,14 @@ def test_tools_get_neither_our_source_nor_the_callers_locale(monkeypatch) -> Non
     assert env[b"LC_ALL"] == b"C" and env[collector.MARKER_ENV.encode()] == b"1"
     assert "SLURMDIAG_COLLECTOR_SOURCE" not in collector._environ()
     assert collector._environ()["PATH"] == os.environ["PATH"]
+
+
+def test_a_syscall_stop_of_our_own_strace_is_not_reported_as_stopped(monkeypatch) -> None:
+    # GIVEN a rank our strace stops at two syscall boundaries in a row, then blocked in a call
+    states = iter(["t", "t", "S"])
+    monkeypatch.setattr(collector, "read_stat", lambda pid: {"state": next(states)})
+    # WHEN its state is read while strace is attached THEN the settled state comes back
+    assert collector._untraced_stat(1234)["state"] == "S"
+    # AND a rank that stays in a tracing stop is reported as it is
+    monkeypatch.setattr(collector, "read_stat", lambda pid: {"state": "t"})
+    assert collector._untraced_stat(1234, tries=3)["state"] == "t"

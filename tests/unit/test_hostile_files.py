@@ -221,3 +221,24 @@ def test_read_owned_is_bounded(tmp_path):
         fh.truncate(1 << 30)  # sparse 1 GiB
     data, why = collector.read_owned(str(path), os.getuid(), 4096)
     assert why is None and len(data) == 4096
+
+
+def test_the_hook_prepares_the_first_dump_in_its_own_thread(tmp_path):
+    # GIVEN a process with the hook installed (torch's first dump imports torch._dynamo)
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time, slurmdiag.torch\n"
+        "slurmdiag.torch.install(poll_s=0.05)\n"
+        "deadline = time.time() + 120\n"
+        "while 'torch._dynamo' not in sys.modules and time.time() < deadline:\n"
+        "    time.sleep(0.1)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    env = {**os.environ, "SLURMDIAG_FR_DIR": str(tmp_path / "fr")}
+    # WHEN it runs, before any dump was asked for
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180, env=env, check=False)
+    # THEN the import happened in the hook's thread, so a dump during a hang is quick
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
