@@ -71,8 +71,9 @@ def test_stdout_lines_are_streamed_to_the_callback():
 def test_ctrl_c_ends_the_group_and_keeps_what_came(tmp_path):
     # GIVEN a command in its own session that prints, then waits, and answers SIGTERM with a
     # last word (as the collector sends its partial document), with a grandchild
-    script = ("echo partial; trap 'echo last-word; kill $s; exit 0' TERM; "
-              f"sleep 60 & s=$!; echo $s > {tmp_path}/grandchild; wait")
+    # (the trap and the grandchild exist before "partial" is printed: no race with the signal)
+    script = ("trap 'echo last-word; kill $s; exit 0' TERM; "
+              f"sleep 60 & s=$!; echo $s > {tmp_path}/grandchild; echo partial; wait")
 
     def ctrl_c(line: str) -> None:
         if line == "partial":
