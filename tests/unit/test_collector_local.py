@@ -1,7 +1,9 @@
 """The node collector, for real: real target processes on this machine, real py-spy and strace.
 
-The targets pose as one node ("nodeX") of Slurm job 999999. scontrol does not know that job, so
-the collector's /proc fallback is what finds them. Decoys (the same job on another emulated node,
+The targets pose as one node ("nodeX") of a Slurm job whose id is unique to this test run
+(JOB: above Slurm's largest job id, so scontrol never knows it, and derived from this process's
+pid, so two runs on one host never see each other's ranks); the collector's /proc fallback is
+what finds them. Decoys (the same job on another emulated node,
 another job on this node) record whether anything ever ptrace-attached to them.
 """
 
@@ -30,7 +32,12 @@ REPO = Path(__file__).resolve().parents[2]
 COLLECTOR = REPO / "slurmdiag" / "collector" / "node.py"
 PYSPY = shutil.which("py-spy", path=str(REPO / ".venv" / "bin")) or shutil.which("py-spy")
 STRACE = shutil.which("strace")
-JOB = "999999"
+#: Job ids of this run: past Slurm's MaxJobId (67108863 by default), and distinct between two
+#: test runs at once on one host (their pids differ), whose fake ranks would otherwise mix.
+_JOB_BASE = 100_000_000 + os.getpid() * 10
+JOB = str(_JOB_BASE)
+OTHER_JOB = str(_JOB_BASE + 1)  # a stopped rank of another job
+DECOY_JOB = str(_JOB_BASE + 2)  # a decoy rank of another job on this node
 # The collector sees only this PATH: no nvidia-smi stand-in from other tests can leak in.
 TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -223,7 +230,7 @@ def tracer_pid(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Three ranks of job 999999 on nodeX (one with a spawn worker, one with a fork child, one
+    """Three ranks of job JOB on nodeX (one with a spawn worker, one with a fork child, one
     blocked at a known line) and two decoys."""
     directory = tmp_path_factory.mktemp("collector_job")
     targets = Targets(directory)
@@ -233,7 +240,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         rank2, forked, port = targets.start("forker", rank_env(2))
         flag_y, flag_z = directory / "traced_nodeY", directory / "traced_otherjob"
         (decoy_y,) = targets.start("decoy", rank_env(5, node="nodeY"), str(flag_y))
-        (decoy_z,) = targets.start("decoy", rank_env(0, job="888888"), str(flag_z))
+        (decoy_z,) = targets.start("decoy", rank_env(0, job=DECOY_JOB), str(flag_z))
         block_line = (
             TARGET.splitlines().index(
                 next(line for line in TARGET.splitlines() if "# BLOCK-HERE" in line)
@@ -394,7 +401,7 @@ def test_stopped_process_is_dumped_nonblocking_and_left_stopped(tmp_path: Path) 
     # GIVEN a rank-like process of another job, stopped with SIGSTOP
     targets = Targets(tmp_path)
     try:
-        (pid,) = targets.start("blocked", rank_env(0, job="999998"))
+        (pid,) = targets.start("blocked", rank_env(0, job=OTHER_JOB))
         os.kill(pid, signal.SIGSTOP)
         deadline = time.monotonic() + 5
         while proc_state(pid) != "T" and time.monotonic() < deadline:
@@ -403,7 +410,7 @@ def test_stopped_process_is_dumped_nonblocking_and_left_stopped(tmp_path: Path) 
         # WHEN the collector (shipped as `python3 -I -S -c <source>`) samples it, strace on
         doc, _, _, _ = run_collector(
             {
-                "job_id": "999998",
+                "job_id": OTHER_JOB,
                 "node": "nodeX",
                 "samples": 2,
                 "interval": 0.2,
