@@ -58,10 +58,12 @@ accuracy: setup cluster
 	$(VENV)/bin/python tests/accuracy.py --out docs/accuracy.md
 
 bench: setup
-	# bench_attach.py starts its own cluster (6917/18001-); the test cluster is left alone.
+	# bench_attach.py starts its own cluster (6917/18001-; with --netns one with a network
+	# namespace a node, 6947/18401); the test cluster is left alone.
 	# Every run below runs to its end; make fails afterwards if any was over budget.
 	status=0; \
 	$(VENV)/bin/python bench/bench_attach.py --job torch --keep-cluster || status=1; \
+	$(VENV)/bin/python bench/bench_attach.py --job torch --netns || status=1; \
 	$(VENV)/bin/python bench/bench_attach.py --keep-cluster || status=1; \
 	$(VENV)/bin/python bench/bench_attach.py --nodes 8 --ranks-per-node 8 --keep-cluster || status=1; \
 	$(VENV)/bin/python bench/bench_attach.py --scaling 8,32,128 || status=1; \

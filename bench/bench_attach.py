@@ -24,10 +24,15 @@ Jobs (--job):
     .venv/bin/python bench/bench_attach.py --job torch              # the headline: torch, 32 x 2
     .venv/bin/python bench/bench_attach.py --ranks-per-node 8 --nodes 8   # 8 small ranks a node
     .venv/bin/python bench/bench_attach.py --scaling 8,32,128       # cost vs nodes (pipe ranks)
+    .venv/bin/python bench/bench_attach.py --job torch --netns      # each node its own network namespace
 
 It starts its own cluster in a separate state directory and ports (6917, slurmd from 18001, name
-slurmdiag-bench, job ids from 500000), so it never restarts a test cluster. Exits 1 over budget
-(see budget() and bench/README.md), 2 when the run took longer than --time-limit.
+slurmdiag-bench, job ids from 500000), so it never restarts a test cluster. With --netns the
+nodes are emulated with a network namespace each (tests/support/netns_cluster.py: a bridge, a
+veth per node, each slurmd started inside its namespace; root only), so a node's collector reads
+its own small socket table as on a real node; that cluster has its own ports too (--netns-ports,
+6947 and 18401 by default) and is stopped after each job. Exits 1 over budget (see budget() and
+bench/README.md), 2 when the run took longer than --time-limit.
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ CLUSTER = str(REPO / "deploy/local-cluster/cluster")
 TORCH_SCENARIO = "mismatched_collectives"
 # What a hung rank's stack shows, per job: the check that a procedure saw every rank.
 STACK_MARK = {"pipe": "wait_for_data", "torch": "all_reduce"}
+#: --netns: the per-namespace cluster's directory, node names ("bn001": veth "sdv-bn001") and
+#: default ports (apart from the shared-namespace bench cluster's and the probe tests' 6987/18701).
+NETNS_DIR = Path(os.environ.get("SLURMDIAG_BENCH_NETNS_DIR", "/tmp/slurmdiag-bench-netns"))
+NETNS_PORTS = "6947,18401"
 
 
 def sh(argv, env, timeout=120, check=True):
@@ -103,6 +112,47 @@ def bench_env() -> dict[str, str]:
     for key in [k for k in env if k.startswith("SLURM_") and k != "SLURM_CONF"]:
         del env[key]
     return env
+
+
+def parse_ports(text: str) -> tuple[int, int]:
+    """--netns-ports "CTLD,SLURMD" -> (ctld port, slurmd port): two distinct ports 1024-65535."""
+    try:
+        ctld, slurmd = (int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected CTLD_PORT,SLURMD_PORT") from None
+    if ctld == slurmd or not all(1024 <= p <= 65535 for p in (ctld, slurmd)):
+        raise argparse.ArgumentTypeError(f"{text!r}: two distinct ports from 1024 to 65535")
+    return ctld, slurmd
+
+
+def netns_node_names(count: int) -> list[str]:
+    return [f"bn{i:03d}" for i in range(1, count + 1)]
+
+
+def netns_job_env(cluster_env: dict[str, str]) -> dict[str, str]:
+    """The environment jobs are submitted with on the per-namespace cluster: its SLURM_CONF,
+    and gloo told to use each node's eth0 (it would otherwise bind the address the host name
+    resolves to, which no node namespace has, and the ranks could not reach each other)."""
+    return dict(cluster_env, GLOO_SOCKET_IFNAME="eth0")
+
+
+def start_cluster(args, env: dict[str, str], nodes: int) -> tuple[dict[str, str], Callable[[], None]]:
+    """The cluster a job runs on: (its environment, how to stop it after the job)."""
+    if not args.netns:
+        sh([CLUSTER, "up", "--nodes", str(nodes)], env, timeout=600)
+        return env, lambda: None
+    from support.netns_cluster import available, start_netns_cluster
+
+    problem = available()
+    if problem:
+        raise SystemExit(f"error: --netns: network namespaces unavailable here: {problem}\n"
+                         "hint: run as root on a host with iproute2, nsenter and slurmd")
+    shutil.rmtree(NETNS_DIR, ignore_errors=True)  # a fresh controller state for each job
+    ctld_port, slurmd_port = args.netns_ports
+    cluster = start_netns_cluster(NETNS_DIR, dict.fromkeys(netns_node_names(nodes), 1500),
+                                  ctld_port=ctld_port, slurmd_port=slurmd_port,
+                                  cluster_name="slurmdiag-bench-ns")
+    return netns_job_env(cluster.env()), cluster.stop
 
 
 def wait_for(what: str, ready: Callable[[], bool], timeout: float, log: Path) -> None:
@@ -269,11 +319,15 @@ def phase_line(timings: list[dict[str, float]]) -> None:
 
 def run_job(args, env, nodes: int, per_node: int, kind: str, rows: list[str], until: float
             ) -> tuple[dict[str, list[float]], Procedures]:
-    sh([CLUSTER, "up", "--nodes", str(nodes)], env, timeout=600)
+    env, stop_cluster = start_cluster(args, env, nodes)
     os.environ.update(SLURM_CONF=env["SLURM_CONF"])
     work = Path(tempfile.mkdtemp(prefix="slurmdiag-bench-"))
     submit = submit_torch_job if kind == "torch" else submit_pipe_job
-    job, pids = submit(env, work, nodes, per_node)
+    try:
+        job, pids = submit(env, work, nodes, per_node)
+    except BaseException:
+        stop_cluster()
+        raise
     try:
         do = Procedures(env, work, job, pids, nodes, kind)
         every = {
@@ -296,7 +350,8 @@ def run_job(args, env, nodes: int, per_node: int, kind: str, rows: list[str], un
                                                            figures["floor: py-spy parallel"])]
             cpu["floor (sum)"] = [a + b for a, b in zip(cpu["floor: srun true"],
                                                        cpu["floor: py-spy parallel"])]
-        print(f"{kind} job: {nodes} nodes x {per_node} ranks ({len(pids)} ranks), median of "
+        where = ", each node its own network namespace" if args.netns else ""
+        print(f"{kind} job{where}: {nodes} nodes x {per_node} ranks ({len(pids)} ranks), median of "
               f"{len(next(iter(figures.values())))} (s; CPU-s = the whole machine's busy CPU meanwhile):")
         print_rows(figures, cpu)
         if do.collector_cpu:
@@ -307,6 +362,7 @@ def run_job(args, env, nodes: int, per_node: int, kind: str, rows: list[str], un
         return figures, do
     finally:
         sh(["scancel", job], env, check=False)
+        stop_cluster()
 
 
 def budget_headline(figures, kind: str) -> list[str]:
@@ -351,6 +407,11 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=600.0,
                         help="seconds for the whole run; rounds stop early, exit 2 past it")
     parser.add_argument("--keep-cluster", action="store_true")
+    parser.add_argument("--netns", action="store_true",
+                        help="each emulated node its own network namespace (root; the cluster "
+                             "is started for each job and stopped after it)")
+    parser.add_argument("--netns-ports", type=parse_ports, default=parse_ports(NETNS_PORTS),
+                        metavar="CTLD,SLURMD", help=f"--netns cluster's ports ({NETNS_PORTS})")
     args = parser.parse_args()
     started = time.monotonic()
     until = started + args.time_limit * 0.8
@@ -396,7 +457,7 @@ def main() -> int:
             figures, _ = run_job(args, env, args.nodes, args.ranks_per_node, "pipe", rows, until)
             over = budget_headline(figures, "pipe")
     finally:
-        if not args.keep_cluster:
+        if not args.keep_cluster and not args.netns:
             sh([CLUSTER, "down"], env, check=False)
     took = time.monotonic() - started
     print(f"  run took {took:.0f} s; budget: " + ("; ".join(over) if over else "met"))

@@ -80,15 +80,61 @@ def teardown_network(nodes: dict[str, str] | list[str]) -> None:
     sh("ip", "link", "del", DATA_BRIDGE, check=False)
 
 
+#: Node addresses are SUBNET.11 to SUBNET.254.
+MAX_NODES = 244
+
+
+def check_node_names(names: list[str]) -> None:
+    """Raise ValueError unless every node can have its own address and interface names (Linux
+    cuts interface names at 15 characters: two long names could give one veth)."""
+    if len(names) > MAX_NODES:
+        raise ValueError(f"{len(names)} nodes: at most {MAX_NODES} fit in {SUBNET}.0/24")
+    for prefix in ("sdv-", "sdd-"):
+        ends = [f"{prefix}{n}"[:15] for n in names]
+        if len(set(ends)) != len(ends):
+            raise ValueError(f"node names too long: their veth names collide ({ends})")
+
+
+def slurm_conf(directory: Path, nodes: dict[str, str], *, ctld_port: int = CTLD_PORT,
+               slurmd_port: int = SLURMD_PORT, cluster_name: str = "slurmdiagns") -> str:
+    """slurm.conf of a cluster whose nodes (name -> address) each listen on their own address,
+    all on ``slurmd_port``; slurmctld on the bridge's address."""
+    host = (socket.gethostname() or "localhost").split(".")[0]
+    node_lines = "\n".join(
+        f"NodeName={n} NodeHostname=localhost NodeAddr={a} Port={slurmd_port} CPUs=8 State=UNKNOWN"
+        for n, a in nodes.items()
+    )
+    return (
+        f"ClusterName={cluster_name}\nSlurmctldHost={host}({SUBNET}.1)\nSlurmctldPort={ctld_port}\n"
+        "SlurmUser=root\nSlurmdUser=root\nAuthType=auth/munge\nCryptoType=crypto/munge\n"
+        "MpiDefault=none\nMailProg=/bin/true\n"
+        f"StateSaveLocation={directory}/state\nSlurmctldPidFile={directory}/run/slurmctld.pid\n"
+        f"SlurmctldLogFile={directory}/log/slurmctld.log\nSlurmdSpoolDir={directory}/spool/%n\n"
+        f"SlurmdPidFile={directory}/run/slurmd-%n.pid\nSlurmdLogFile={directory}/log/slurmd-%n.log\n"
+        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+        "SlurmdParameters=config_overrides\nReturnToService=2\n"
+        "SchedulerParameters=batch_sched_delay=0\nSelectType=select/cons_tres\n"
+        "SelectTypeParameters=CR_Core\nAccountingStorageType=accounting_storage/none\n"
+        "JobAcctGatherType=jobacct_gather/none\n"
+        f"{node_lines}\n"
+        f"PartitionName=ns Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP "
+        "OverSubscribe=FORCE:8\n"
+    )
+
+
 def start_netns_cluster(
-    directory: Path, mtus: dict[str, int], *, data_subnet: str | None = None
+    directory: Path, mtus: dict[str, int], *, data_subnet: str | None = None,
+    ctld_port: int = CTLD_PORT, slurmd_port: int = SLURMD_PORT, cluster_name: str = "slurmdiagns",
 ) -> NetnsCluster:
     """Nodes named by ``mtus`` (name -> MTU of its eth0); returns once sinfo shows them idle.
 
     ``data_subnet`` (e.g. "10.213.8"): each node also gets ``eth1`` on a second bridge, a data
     network apart from the one slurmd talks on, so that faults on it leave Slurm working.
+    ``ctld_port``, ``slurmd_port``, ``cluster_name``: another cluster's own (the benchmark's).
+    One such cluster at a time on a host: they share the bridges and the namespaces' names.
     """
     names = list(mtus)
+    check_node_names(names)
     teardown_network(names)  # leftovers of an interrupted run
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
     sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
@@ -120,28 +166,9 @@ def start_netns_cluster(
             data[name] = f"{data_subnet}.{i}"
     for sub in ("state", "log", "run", *(f"spool/{n}" for n in names)):
         (directory / sub).mkdir(parents=True, exist_ok=True)
-    host = (socket.gethostname() or "localhost").split(".")[0]
-    node_lines = "\n".join(
-        f"NodeName={n} NodeHostname=localhost NodeAddr={a} Port={SLURMD_PORT} CPUs=8 State=UNKNOWN"
-        for n, a in nodes.items()
-    )
     cluster = NetnsCluster(directory=directory, nodes=nodes, data=data)
-    cluster.conf.write_text(
-        f"ClusterName=slurmdiagns\nSlurmctldHost={host}({SUBNET}.1)\nSlurmctldPort={CTLD_PORT}\n"
-        "SlurmUser=root\nSlurmdUser=root\nAuthType=auth/munge\nCryptoType=crypto/munge\n"
-        "MpiDefault=none\nMailProg=/bin/true\n"
-        f"StateSaveLocation={directory}/state\nSlurmctldPidFile={directory}/run/slurmctld.pid\n"
-        f"SlurmctldLogFile={directory}/log/slurmctld.log\nSlurmdSpoolDir={directory}/spool/%n\n"
-        f"SlurmdPidFile={directory}/run/slurmd-%n.pid\nSlurmdLogFile={directory}/log/slurmd-%n.log\n"
-        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
-        "SlurmdParameters=config_overrides\nReturnToService=2\n"
-        "SchedulerParameters=batch_sched_delay=0\nSelectType=select/cons_tres\n"
-        "SelectTypeParameters=CR_Core\nAccountingStorageType=accounting_storage/none\n"
-        "JobAcctGatherType=jobacct_gather/none\n"
-        f"{node_lines}\n"
-        f"PartitionName=ns Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
-        "OverSubscribe=FORCE:8\n"
-    )
+    cluster.conf.write_text(slurm_conf(directory, nodes, ctld_port=ctld_port,
+                                       slurmd_port=slurmd_port, cluster_name=cluster_name))
     env = cluster.env()
     cluster.processes.append(subprocess.Popen(
         ["slurmctld", "-D", "-i", "-f", str(cluster.conf)], env=env,
