@@ -15,7 +15,8 @@ pin-memory thread) so that picking the main thread costs what it costs on real d
 ``--frames shared`` builds each distinct frame once, as a snapshot loader that interns frames
 would; ``--frames copies`` gives every rank fresh Frame objects and tuples, as a plain
 ``Snapshot.from_json`` does. Prints build time, diagnose time, peak RSS (getrusage) and the
-verdict, and exits non-zero when the verdict misses the culprit.
+verdict, and exits non-zero when the verdict misses the culprit or the diagnosis is over budget
+(issue 4: under 3 s of wall time and 1 GB of peak RSS).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Issue 4's budget for the diagnosis of a 4096 x 8 snapshot on this 2-core machine.
+DIAGNOSE_BUDGET_S = 3.0
+RSS_BUDGET_MIB = 1024
 sys.path.insert(0, str(ROOT))
 
 from slurmdiag.analysis import diagnose
@@ -153,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     if top.kind != expected or top.culprit_ranks != (culprit,):
         print("FAIL: the verdict does not name the culprit", file=sys.stderr)
         return 1
-    return 0
+    over = [f"diagnose {t2 - t1:.2f} s above {DIAGNOSE_BUDGET_S} s"] * (t2 - t1 > DIAGNOSE_BUDGET_S)
+    over += [f"peak RSS {peak_kb / 1024:.0f} MiB above {RSS_BUDGET_MIB} MiB"] * (
+        peak_kb / 1024 > RSS_BUDGET_MIB)
+    print("budget:   " + ("; ".join(over) if over else "met"))
+    return 1 if over else 0
 
 
 if __name__ == "__main__":
