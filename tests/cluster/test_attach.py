@@ -67,10 +67,10 @@ def start_every_scenario(scenario_run):
     scenario_run.start(*suite_scenarios())
 
 
-@pytest.mark.parametrize("name", suite_scenarios())
-def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, name):
+@pytest.mark.parametrize("scenario", suite_scenarios())
+def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, scenario):
     # GIVEN a real hung job (srun, torchrun under srun, or submitit)
-    run = scenario_run(name)
+    run = scenario_run(scenario)
     truth = run.truth
     records = run.rank_records()
     # WHEN slurmdiag attaches (1 sample is enough to identify ranks)
