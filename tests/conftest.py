@@ -274,7 +274,7 @@ class ScenarioJobs:
             if self.uses is not None and not self.uses.wanted(name):
                 self._release(name)
             elif (name not in self._parked and _is_busy(self._runs[name].truth)
-                  and name in self._ready):
+                  and self._reported(name)):
                 self._park(name)
 
     def cancel_all(self) -> None:
@@ -303,6 +303,12 @@ class ScenarioJobs:
             run.cancel()
         except (OSError, subprocess.TimeoutExpired):
             self._uncancelled.append(run)  # scancel again at the end, with more time
+
+    def _reported(self, name: str) -> bool:
+        """Every rank wrote its ready file (read without waiting: a job started ahead of its
+        first test is parked too; that test's wait_ready runs after SIGCONT)."""
+        run = self._runs[name]
+        return name in self._ready or len(run.rank_records()) == int(run.truth["world_size"])
 
     def _park(self, name: str) -> None:
         pids = _local_tree(_rank_pids(self._runs[name]))
