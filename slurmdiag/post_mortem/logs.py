@@ -37,6 +37,9 @@ _STEPD_CANCEL = re.compile(
     r"\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
     r"(?: DUE TO (?P<due>[A-Z ]+?))?(?: \*\*\*| by| \(|$)"
 )
+# srun when slurmctld set a node of the step DOWN (it stopped answering): no task line follows
+# for the ranks that were on it
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (?P<node>\S+)")
 _CANCELLED_BY = re.compile(r"CANCELLED AT \S+ (?:DUE TO [A-Z ]+ )?by (?:UID )?(?P<who>\S+)")
 _OOM = re.compile(r"Detected (?P<count>\d+) oom[_-]kill event|oom[_-]kill|Out Of Memory", re.IGNORECASE)
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<dir>recv|send) operation")
@@ -147,6 +150,11 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
                     fields["exit_code"] = code.group(1)
                 findings.append(LogFinding(source, number, kind, line.strip()[:500], task_rank,
                                            task.group("node"), fields))
+            continue
+        node_failure = _NODE_FAILURE.search(line)
+        if node_failure:
+            findings.append(LogFinding(source, number, "node_failure", line.strip()[:500], None,
+                                       node_failure.group("node"), {}))
             continue
         cancel = _STEPD_CANCEL.search(line)
         if cancel:
