@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 
+from slurmdiag.parsers.log_prefix import RANK_PREFIX_RE, split_prefixes
 from slurmdiag.parsers.nvidia_smi import XID_RE
 from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import LogFinding
@@ -35,10 +36,6 @@ MAX_TEXT = 500
 _ORIGIN_WINDOW = 400
 
 _ORIGIN_RE = re.compile(r"(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
-_SRUN_LABEL_RE = re.compile(r"^\s*(?P<task>\d+): ")
-# torchrun's "[default0]:" and "[0]<stdout>:"; a bare "[80746] " is a pasted line number.
-_TORCHRUN_PREFIX_RE = re.compile(r"^\s*\[(?:default(?P<a>\d+)\]:|(?P<b>\d+)\]<std(?:out|err)>:)")
-_RANK_PREFIX_RE = re.compile(r"\[rank(?P<rank>\d+)\]:")
 _PG_RANK_RE = re.compile(
     r"\[(?:PG (?:ID )?(?P<pg>\d+)(?: PG GUID [^(\s\]]+)?(?: ?\((?P<pg_name>[^)]*)\))? )?"
     r"Rank (?P<rank>\d+)\]"
@@ -258,23 +255,22 @@ def parse_nccl_log(text: str, source: str) -> tuple[LogFinding, ...]:
                 # NCCL 2.2x prints the C++ function and line before WARN
                 fields["where"] = line[origin.end() : anchor].strip()
         prefix = line[:anchor]
-        rank_prefix = _RANK_PREFIX_RE.search(prefix)
+        rank_prefix = RANK_PREFIX_RE.search(prefix)
         pg_rank = _PG_RANK_RE.search(prefix)
         rank = None
         if rank_prefix:
-            rank = int(rank_prefix.group("rank"))
+            rank = decimal_int(rank_prefix.group("rank"))
         elif pg_rank:
             rank = int(pg_rank.group("rank"))
         if pg_rank and pg_rank.group("pg") is not None:
             fields["pg"] = pg_rank.group("pg")
         if pg_rank and pg_rank.group("pg_name"):
             fields["pg_name"] = pg_rank.group("pg_name")
-        label = _SRUN_LABEL_RE.match(line)
-        if label:
-            fields["task"] = label.group("task")
-        torchrun = _TORCHRUN_PREFIX_RE.match(line)
-        if torchrun:
-            fields["local_rank"] = torchrun.group("a") or torchrun.group("b")
+        launcher = split_prefixes(line)  # srun's label, torchrun's local rank
+        if launcher.task is not None:
+            fields["task"] = str(launcher.task)
+        if launcher.local_rank is not None:
+            fields["local_rank"] = str(launcher.local_rank)
         findings.append(
             LogFinding(
                 source=source,

@@ -22,21 +22,21 @@ from pathlib import Path
 
 from slurmdiag.logs import read_head_and_tail
 from slurmdiag.parsers.job_log import parse_python_tracebacks
+from slurmdiag.parsers.log_prefix import split_prefixes
 from slurmdiag.parsers.nccl_log import parse_nccl_log
 from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import LogFinding
 
 LAST_LINES = 12
 
-_LABEL = re.compile(r"^\s*(?P<label>\d+): ")
-_TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:")
-# torchrun --tee: "[default1]:" (the LOCAL rank: a global rank only with the node's offset)
-_TORCHRUN_TEE = re.compile(r"^\[default(?P<local>\d+)\]:")
 _TASK = re.compile(r"srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+)$")
 _STEPD_CANCEL = re.compile(
     r"\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
     r"(?: DUE TO (?P<due>[A-Z ]+?))?(?: \*\*\*| by| \(|$)"
 )
+# srun when slurmctld set a node of the step DOWN (it stopped answering): no task line follows
+# for the ranks that were on it
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (?P<node>\S+)")
 _CANCELLED_BY = re.compile(r"CANCELLED AT \S+ (?:DUE TO [A-Z ]+ )?by (?:UID )?(?P<who>\S+)")
 _OOM = re.compile(r"Detected (?P<count>\d+) oom[_-]kill event|oom[_-]kill|Out Of Memory", re.IGNORECASE)
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<dir>recv|send) operation")
@@ -76,24 +76,6 @@ def _expand(tasks: str) -> list[int]:
     return out[:100000]
 
 
-def _line_rank(raw: str) -> tuple[int | None, str]:
-    """The rank a line belongs to (srun label, then torch's prefix) and the line without them."""
-    rank: int | None = None
-    label = _LABEL.match(raw)
-    if label:
-        rank = int(label.group("label"))
-        raw = raw[label.end():]
-    tee = _TORCHRUN_TEE.match(raw)
-    if tee:
-        raw = raw[tee.end():]
-    torch_prefix = _TORCH_RANK.match(raw)
-    if torch_prefix:
-        rank = int(torch_prefix.group("rank"))
-        raw = raw[torch_prefix.end():]
-        raw = raw.removeprefix(" ")  # torch adds one space; keep indentation
-    return rank, raw
-
-
 def _signal_of(what: str) -> int | None:
     for word, number in _SIGNAL_WORDS.items():
         if word in what:
@@ -123,9 +105,12 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
     # both present would otherwise hide every traceback), the same line numbers.
     normalized: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
-        line_rank, line = _line_rank(raw)
-        if _LABEL.match(raw):
-            labelled = True
+        # the rank: torch's [rankN]: (global), else srun's label (SLURM_PROCID); torchrun's
+        # [defaultN]: is a LOCAL rank and only removed
+        prefixes = split_prefixes(raw)
+        line = prefixes.rest
+        labelled = labelled or prefixes.task is not None
+        line_rank = prefixes.rank if prefixes.rank is not None else prefixes.task
         owner = line_rank if line_rank is not None else rank
         normalized.append(f"{owner}: {line}" if owner is not None else line)
         if owner is not None and line.strip():
@@ -147,6 +132,11 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
                     fields["exit_code"] = code.group(1)
                 findings.append(LogFinding(source, number, kind, line.strip()[:500], task_rank,
                                            task.group("node"), fields))
+            continue
+        node_failure = _NODE_FAILURE.search(line)
+        if node_failure:
+            findings.append(LogFinding(source, number, "node_failure", line.strip()[:500], None,
+                                       node_failure.group("node"), {}))
             continue
         cancel = _STEPD_CANCEL.search(line)
         if cancel:

@@ -112,6 +112,16 @@ def postmortem_verdicts(
     cause = first_cause(findings)
     cores_by_rank: dict[int, CoreStack] = {c.rank: c for c in cores if c.rank is not None}
 
+    node_lost = [f for f in findings if f.kind == "node_failure"]
+    if "NODE_FAIL" in states or node_lost:
+        # a node that died takes its ranks without a word; what the others then say (lost
+        # peers, timeouts) follows from it. Only a cause written before the node was lost
+        # comes first.
+        first_loss = min(node_lost, key=order_key) if node_lost else None
+        if cause is not None and first_loss is not None and order_key(cause) > order_key(first_loss):
+            cause = None
+        if cause is None:
+            verdicts.append(_node_failure_verdict(record, findings, last_lines, world_size))
     if cause is not None:
         verdicts.append(_cause_verdict(cause, findings, cores_by_rank, last_lines, world_size,
                                        flight, states))
@@ -119,14 +129,8 @@ def postmortem_verdicts(
         # a core but no log line: the crash is the core's
         rank, core = min(cores_by_rank.items())
         verdicts.append(_crash_verdict(rank, core, None, findings, last_lines))
-
-    if "NODE_FAIL" in states:
-        node = job.failed_node or job.nodes or "?"
-        verdicts.append(Verdict(
-            kind="node_failure", severity="critical",
-            summary=f"Slurm marked the job NODE_FAIL: node {node} stopped answering",
-            evidence=tuple(f"step {s.step_id}: {s.state}" for s in record.steps[:6]),
-            next_step=NEXT_STEPS["node_failure"]))
+    if ("NODE_FAIL" in states or node_lost) and not any(v.kind == "node_failure" for v in verdicts):
+        verdicts.append(_node_failure_verdict(record, findings, last_lines, world_size))
     if "OUT_OF_MEMORY" in states and not any(v.kind == "out_of_memory" for v in verdicts):
         steps = [s.step_id for s in record.steps if s.state == "OUT_OF_MEMORY"]
         verdicts.append(Verdict(
@@ -164,6 +168,55 @@ def postmortem_verdicts(
             evidence=tuple(_last_line_evidence(last_lines)),
             next_step=NEXT_STEPS["unexplained"]))
     return verdicts
+
+
+#: What a rank that ended on a live node leaves behind (a rank on a dead node leaves none).
+_END_KINDS = (*CONSEQUENCES, "task_exit", "exception", "collective_timeout", "fatal_signal", "oom_kill")
+
+
+def _node_failure_verdict(
+    record: SlurmRecord,
+    findings: Sequence[LogFinding],
+    last_lines: Mapping[int, Sequence[str]],
+    world_size: int | None,
+) -> Verdict:
+    """A node stopped answering (Slurm: NODE_FAIL). Its ranks are those that left no end: no
+    exit, exception or srun task line (their node took them and their step daemon with it),
+    less those srun placed on another node."""
+    job = record.job
+    lost = sorted((f for f in findings if f.kind == "node_failure"), key=order_key)
+    nodes = list(dict.fromkeys(f.host for f in lost if f.host))
+    if not nodes and job.failed_node:
+        nodes = [job.failed_node]
+    ended = {f.rank for f in findings if f.rank is not None and f.kind in _END_KINDS}
+    elsewhere = {f.rank for f in findings if f.rank is not None and f.host and nodes
+                 and f.host not in nodes}
+    everyone = set(range(world_size)) if world_size else set(last_lines) | ended
+    on_node = sorted(everyone - ended - elsewhere)
+    victims = sorted(ended - set(on_node))
+    where = f"node {', '.join(nodes)}" if nodes else f"a node of the job ({job.nodes or '?'})"
+    summary = f"{where} failed under the job (Slurm: {job.state}, it stopped answering)"
+    if on_node:
+        summary += f": {_label(on_node)} were on it and ended without a word"
+    if victims:
+        summary += f"; {_label(victims)} only died because of it"
+    evidence = [_cite(f) for f in lost[:2]]
+    if on_node:
+        evidence.append(f"{_label(on_node)} left no exit, exception or srun task line: their node "
+                        "took them with their step daemon")
+    else:
+        evidence.append("which ranks ran on it cannot be told from the logs read (no srun "
+                        "--label, or every rank reported an end)")
+    for rank in on_node[:4]:
+        evidence.extend(_rank_tail(rank, last_lines, 2))
+    first_loss_of_peer = next((f for f in sorted(findings, key=order_key) if f.kind == "peer_lost"), None)
+    if first_loss_of_peer is not None:
+        evidence.append(_cite(first_loss_of_peer))
+    evidence.extend(f"step {s.step_id}: {s.state}" for s in record.steps[:4])
+    return Verdict(
+        kind="node_failure", severity="critical", summary=summary,
+        culprit_ranks=tuple(on_node), evidence=tuple(evidence),
+        next_step=NEXT_STEPS["node_failure"])
 
 
 def _who(who: str | None) -> str:

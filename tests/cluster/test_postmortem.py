@@ -1,9 +1,14 @@
 """postmortem against real jobs that ended on the local cluster, with Slurm accounting on.
 
-Five jobs run at once (tests/scenarios/postmortem/*.json): a rank that segfaults (core in the
+Six jobs run at once (tests/scenarios/postmortem/*.json): a rank that segfaults (core in the
 working directory), a gloo timeout with Flight Recorder dumps, a rank SIGKILLed while the others
-wait, a job cancelled by its user and one that runs out of its time limit (>= 60 s, so all
-start together). Each is checked against its ground truth through the real CLI.
+wait, a job cancelled by its user, one that runs out of its time limit (>= 60 s, so all
+start together) and one whose node dies under it (NODE_FAIL after SlurmdTimeout). Each is
+checked against its ground truth through the real CLI.
+
+The node that dies is one no other job runs on (every other post-mortem job excludes it): a
+node that Slurm sets DOWN ends every job on it. With no such node the node-failure test is
+skipped. The node is brought back afterwards.
 """
 
 from __future__ import annotations
@@ -16,7 +21,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from scenarios.postmortem.launch import PostmortemRun, names, submit
+from scenarios.postmortem.launch import (
+    PostmortemRun,
+    all_nodes,
+    free_nodes,
+    kill_node,
+    names,
+    node_states,
+    restart_node,
+    submit,
+)
+
+from slurmdiag.slurm.parse import format_int_ranges
 
 pytestmark = pytest.mark.cluster
 
@@ -33,13 +49,33 @@ def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str
 def ended_jobs(local_cluster, tmp_path_factory):
     """Every post-mortem scenario, submitted together, acted upon, and waited until it ended."""
     base = tmp_path_factory.mktemp("postmortem")
-    runs = {name: submit(name, base / name) for name in names()}
+    nodes = all_nodes()
+    free = free_nodes()
+    victim = free[-1] if free else None
+    runs: dict[str, PostmortemRun] = {}
+    killed: list[str] = []
+    for name in names():
+        truth_action = submit_action(name)
+        if truth_action == "kill_node":
+            if victim is None:
+                continue  # no node without other jobs: the test is skipped
+            partner = next(n for n in nodes if n != victim)
+            runs[name] = submit(name, base / name, sbatch_extra=[f"--nodelist={partner},{victim}"])
+        else:
+            runs[name] = submit(name, base / name,
+                                sbatch_extra=[f"--exclude={victim}"] if victim else [])
     running_answer = None
     try:
         for run in runs.values():
             run.wait_ready(timeout=150)
         for run in runs.values():
-            if run.truth["action"] == "kill_culprit":
+            if run.truth["action"] == "kill_node":
+                assert victim is not None
+                others = nodes_with_jobs_but(run.job_id, victim)
+                assert not others, f"jobs {others} run on {victim}: killing it would fail them"
+                killed.append(victim)
+                assert kill_node(run, victim) == run.truth["culprit_ranks"]
+            elif run.truth["action"] == "kill_culprit":
                 record = run.rank_record(run.truth.get("culprit_rank", 3))
                 assert record is not None
                 os.kill(int(record["pid"]), signal.SIGKILL)
@@ -49,16 +85,34 @@ def ended_jobs(local_cluster, tmp_path_factory):
                 run.cancel()
         for run in runs.values():
             run.wait_ended(timeout=180)
+        while killed:  # the dead node comes back (its slurmd again; ReturnToService=2)
+            restart_node(killed.pop())
         yield runs, running_answer
     finally:
         for run in runs.values():
             run.cancel()
             run.remove_cores()
+        for node in killed:
+            restart_node(node)
+
+
+def submit_action(name: str) -> str | None:
+    from scenarios.postmortem.launch import load_truth
+
+    return load_truth(name)["action"]
+
+
+def nodes_with_jobs_but(job_id: str, node: str) -> list[str]:
+    done = subprocess.run(["squeue", "-h", "-w", node, "-o", "%i"], capture_output=True, text=True,
+                          timeout=30, check=True)
+    return [j for j in done.stdout.split() if j != job_id]
 
 
 @pytest.mark.parametrize("name", names())
 def test_postmortem_matches_ground_truth(ended_jobs, name, tmp_path):
     runs, _ = ended_jobs
+    if name not in runs:
+        pytest.skip("every node runs another job: killing one would fail them")
     run: PostmortemRun = runs[name]
     truth = run.truth
     argv = ["postmortem", run.job_id, "--out", str(tmp_path / "out"), "--json"]
@@ -80,7 +134,8 @@ def test_postmortem_matches_ground_truth(ended_jobs, name, tmp_path):
         sites = [s.replace(str(REPO) + "/", "") for s in top["sites"]]
         assert truth["culprit_site"] in sites, top
     if truth["victim_ranks"]:  # the ranks that only died because of the culprit are named
-        assert "ranks 0-2" in top["summary"], top["summary"]
+        victims = f"ranks {format_int_ranges(truth['victim_ranks'])}"
+        assert victims in top["summary"], top["summary"]
     # AND the report and snapshot files were written
     assert (tmp_path / "out" / "report.html").stat().st_size > 1000
     assert json.loads((tmp_path / "out" / "snapshot.json").read_text())["verdicts"][0]["kind"] == top["kind"]
@@ -95,7 +150,18 @@ def test_postmortem_matches_ground_truth(ended_jobs, name, tmp_path):
         assert sorted(snapshot["flight_recorder"]["dumps"]) == ["0", "1", "2", "3"]
         assert "all_reduce" in top["summary"]
         assert any("ranks 3 entered it only after the timeout" in e for e in top["evidence"]), top
+    if truth["action"] == "kill_node":
+        # the node that died is named, and it is back in service
+        assert f"node {_victim_of(run)} failed" in top["summary"], top
+        states = node_states()
+        assert not any(s.startswith(("down", "drain")) for s in states.values()), states
     assert section["logs"]["labelled"] is truth["label"]
+
+
+def _victim_of(run: PostmortemRun) -> str:
+    record = run.rank_record(run.truth["culprit_ranks"][0])
+    assert record is not None
+    return str(record["node"])
 
 
 def test_running_job_points_to_attach(ended_jobs):

@@ -29,6 +29,7 @@ from slurmdiag.slurm.sacct import (
     parse_sacct_json,
     parse_sacct_parsable,
 )
+from slurmdiag.snapshot import LogFinding
 from slurmdiag.transport.run import CommandResult
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -217,6 +218,42 @@ def test_verdict_user_cancel_is_not_a_failure():
 def test_verdict_time_limit():
     verdicts, _ = _verdicts("tl")
     assert verdicts[0].kind == "time_limit" and verdicts[0].severity == "critical"
+
+
+def test_verdict_node_failure_names_the_dead_node_and_its_ranks():
+    # GIVEN a real job whose node004 died under it (slurmd, step daemon and ranks 2-3 killed;
+    # slurmctld ended the job NODE_FAIL after SlurmdTimeout)
+    verdicts, _ = _verdicts("nf")
+    # THEN the node, not the ranks that lost their peers, is the cause
+    top = verdicts[0]
+    assert top.kind == "node_failure" and top.culprit_ranks == (2, 3), verdicts
+    assert "node node004 failed" in top.summary and "ranks 0-1 only died because of it" in top.summary
+    assert any("Node failure on node004" in e for e in top.evidence)
+    assert [v.kind for v in verdicts].count("node_failure") == 1
+
+
+def test_verdict_node_failure_without_srun_labels(tmp_path):
+    # GIVEN the same log without srun --label and without srun's task lines (torch's [rankN]:
+    # prefixes remain)
+    text = (PM / "local_nf_job.out").read_text()
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(line.split(": ", 1)[1] if line[:1].isdigit() else line
+                              for line in text.splitlines() if ": task " not in line) + "\n")
+    logs = read_rank_logs([(str(log), None)], owner_uid=OWN)
+    verdicts = postmortem_verdicts(_record("nf"), logs.findings, (), logs.last_lines, 4, None)
+    # THEN the ranks that said nothing at the end were on the dead node
+    assert verdicts[0].kind == "node_failure" and verdicts[0].culprit_ranks == (2, 3)
+
+
+def test_a_crash_before_the_node_failed_stays_first():
+    # GIVEN the node-failure job's findings with a rank's SIGSEGV written before srun's line
+    record = _record("nf")
+    logs = read_rank_logs([(str(PM / "local_nf_job.out"), None)], owner_uid=OWN)
+    crash = LogFinding("job.out", 1, "fatal_signal", "Fatal Python error: Segmentation fault", 1,
+                       None, {"signal": "11", "order": "0:1"})
+    verdicts = postmortem_verdicts(record, (crash, *logs.findings), (), logs.last_lines, 4, None)
+    # THEN the crash is the first verdict and the node failure is still reported
+    assert [v.kind for v in verdicts][:2] == ["rank_crashed", "node_failure"]
 
 
 # ---------------------------------------------------------------- errors (runner injected)

@@ -13,6 +13,10 @@ The same small data-parallel loop as the hang scenarios (gloo, CPU, 2 nodes x 2 
 - ``stall``: rank 3 stalls in ``load_next_shard`` as above with the default 2 h timeout; the
   test kills it with a signal (the OOM killer's SIGKILL), or cancels the job, or lets the
   time limit end it.
+- ``train``: nobody misbehaves; every rank keeps training. The test kills a node under it
+  (its slurmd, the job's step daemons and ranks there, as a dead machine loses them):
+  slurmctld marks the node DOWN after SlurmdTimeout and the job ends NODE_FAIL; the ranks on
+  the surviving node lose their peers in gloo.
 """
 
 from __future__ import annotations
@@ -66,13 +70,15 @@ def main() -> None:
                             timeout=timedelta(seconds=timeout_s))
     model = training.build_model()
     for step in range(STEPS):
-        if step == CULPRIT_STEP and info.rank == CULPRIT_RANK:
+        if step == CULPRIT_STEP and mode == "train":
+            harness.report_ready(info, f"step {step}: training", role="healthy")
+        elif step == CULPRIT_STEP and info.rank == CULPRIT_RANK:
             harness.report_ready(info, f"step {step}: {mode}", role="culprit")
             if mode == "segfault":
                 decode_sample(8)  # a freed buffer's address
             else:
                 load_next_shard(step)
-        if step == CULPRIT_STEP and info.rank != CULPRIT_RANK:
+        elif step == CULPRIT_STEP:
             harness.report_ready(info, f"step {step}: all_reduce", role="waiting")
         try:
             loss = training.train_step(model, training.synthetic_batch(info.rank, step))  # WAITING
