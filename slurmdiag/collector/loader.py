@@ -7,18 +7,17 @@ or "" for neither; the cache directory (or ""); the bundle's hash; the bundle, o
 the environment (SLURMDIAG_COLLECTOR_SOURCE); the program's args. The re-run takes this program
 and its arguments back from /proc/self/cmdline: ``python -c`` keeps them nowhere else.
 
-The bundle: base64(zlib(marshal((package, [(module, source), ...])))), the modules in the order
-they import each other, the last one the program, run as ``__main__`` of ``package`` (as
-``python -m package`` would). Each module is installed in sys.modules under its package's name
-before the next one runs, so that its siblings' ``from .tools import x`` finds it there.
+The bundle: base64(zlib(marshal((package, [(module, source), ...], bundle.py's source)))), the
+modules in the order they import each other, the last one the program, run as ``__main__`` of
+``package`` (as ``python -m package`` would; see bundle.py's install).
 
 Compiling the collector's source costs ~15 ms of CPU a node, paid 32 times on the one host of an
 emulated cluster. So each node keeps the compiled modules (one marshalled file) in a private
 directory (mode 0700, owned by the user; checked before every use, else not used) under a name
 made of the bundle's hash and the interpreter's exact version: the first attach to a node
-compiles, the later ones load; the one that compiles keeps the newest 4 files of the same
-interpreter, ours included, and removes older versions' (and unfinished temporary files): a few
-versions used in turn (a watchdog and a newer CLI) do not evict each other.
+compiles, the later ones load. The compiling, keeping and installing is bundle.py's, sent in the
+bundle, compiled on a miss and cached with the modules: this program is compiled by every node
+at every start, so it stays small (its size is start-up time).
 
 Python 2.7 to 3.7 must be able to compile it (to say what they lack): no f-strings. It uses the
 posix module, not os: os.py imports _collections_abc, ~1 ms a node.
@@ -67,7 +66,7 @@ if root:
     try:
         if private():
             with open(path, "rb") as f:
-                package, modules = program = marshal.loads(f.read())
+                package, modules, own = program = marshal.loads(f.read())
     except (OSError, ValueError, EOFError, TypeError):
         program = None
 if program is None:
@@ -76,46 +75,12 @@ if program is None:
     if bundle == "-":
         bundle = os.environ.get(b"SLURMDIAG_COLLECTOR_SOURCE") or sys.exit(
             "slurmdiag: the collector source is not in the environment")
-    package, sources = marshal.loads(zlib.decompress(binascii.a2b_base64(bundle)))
-    where = package.replace(".", "/") + "/" if package else ""
-    modules = [(name, compile(text, where + name + ".py", "exec")) for name, text in sources]
-    if root:
-        try:
-            try:
-                os.mkdir(folder, 0o700)
-            except FileExistsError:
-                pass
-            if private():
-                temp = "%s.%d" % (path, os.getpid())
-                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                try:
-                    os.write(fd, marshal.dumps((package, modules)))
-                finally:
-                    os.close(fd)
-                os.rename(temp, path)
-                tag = path[len(folder) + 1:].partition("-")[2]
-                found = []
-                for name in os.listdir(folder):
-                    if name.partition(".")[0].partition("-")[2] == tag:
-                        try:
-                            found.append((os.stat(folder + "/" + name).st_mtime, name))
-                        except OSError:
-                            pass
-                for _, name in sorted(found)[:-4]:
-                    try:
-                        os.unlink(folder + "/" + name)
-                    except OSError:
-                        pass
-        except OSError:
-            pass
-if package:
-    parent = ""
-    for part in package.split("."):
-        parent += part
-        sys.modules.setdefault(parent, type(sys)(parent)).__path__ = []
-        parent += "."
-for name, code in modules[:-1]:
-    module = sys.modules[package + "." + name] = type(sys)(package + "." + name)
-    module.__package__ = package
-    exec(code, module.__dict__)
-exec(modules[-1][1], {"__name__": "__main__", "__package__": package})
+    package, sources, own = marshal.loads(zlib.decompress(binascii.a2b_base64(bundle)))
+    own = compile(own, "slurmdiag/collector/bundle.py", "exec")
+    scope = {}
+    exec(own, scope)
+    modules = scope["compile_and_keep"](package, sources, own, root and folder, path, private)
+else:
+    scope = {}
+    exec(own, scope)
+scope["install"](package, modules)

@@ -396,17 +396,20 @@ def attach_connections(run):
 def main(argv):
     clock = Clock(ARGS_ERROR_BUDGET_S)
     pid = os.getpid()
-    options, problem = None, None
+    args, options, problem = None, None, None
     try:
-        options = read_options(loads(argv[1]) if len(argv) > 1 else None)
+        args = loads(argv[1]) if len(argv) > 1 else None
+        options = read_options(args)
     except ArgsError as exc:
         problem = str(exc)
     except ValueError as exc:
         problem = f"arguments are not JSON: {exc}"
     if options is not None:
         clock.deadline = clock.t0 + options["deadline_s"]
+    # The node's name even from unusable arguments: the controller files the document under it.
+    named = args.get("node") if isinstance(args, dict) else None
     node = str(
-        (options and options["node"])
+        (named if isinstance(named, str) else None)
         or _environ().get("SLURMD_NODENAME")
         or os.uname().nodename.split(".")[0]
     )

@@ -125,7 +125,12 @@ def loader_text(source: str) -> str:
 # the bundle travels in the environment (PAYLOAD_ENV; the argument is "-"): Python decodes every
 # byte of its argv at start-up (~1.5 ms a node for 30 KB) but keeps the environment as bytes,
 # read only when the cache misses.
-COLLECTOR_LOADER = loader_text(resources.files(COLLECTOR_PACKAGE).joinpath("loader.py").read_text())
+@functools.lru_cache(maxsize=4)
+def _collector_file(name: str) -> str:
+    return resources.files(COLLECTOR_PACKAGE).joinpath(name).read_text()
+
+
+COLLECTOR_LOADER = loader_text(_collector_file("loader.py"))
 
 
 PAYLOAD_ENV = "SLURMDIAG_COLLECTOR_SOURCE"
@@ -138,12 +143,12 @@ def program_payload(program: str | Bundle) -> tuple[str, str]:
     ``program``: a bundle (package_bundle), or the source of a single-file program (run as
     ``__main__``, outside any package).
     """
-    bundle = ("", (("__main__", program),)) if isinstance(program, str) else program
-    package, modules = bundle
+    package, modules = ("", (("__main__", program),)) if isinstance(program, str) else program
+    own = _collector_file("bundle.py")  # compiles, keeps and installs the modules on the node
     digest = hashlib.sha256(
-        "\0".join([package, *(part for module in modules for part in module)]).encode()
+        "\0".join([package, *(part for module in modules for part in module), own]).encode()
     ).hexdigest()[:20]
-    data = marshal.dumps(bundle, 4)  # version 4: what Python 3.4 and later read
+    data = marshal.dumps((package, modules, own), 4)  # version 4: what Python 3.4+ reads
     # Level 6: 0.6% larger than 9 and three times faster (~3 ms, paid before srun starts).
     return digest, binascii.b2a_base64(zlib.compress(data, 6), newline=False).decode()
 

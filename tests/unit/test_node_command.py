@@ -30,6 +30,7 @@ from slurmdiag.transport.collect import (
 from slurmdiag.transport.framing import decode_frames
 from slurmdiag.transport.ssh import ssh_command
 
+REPO = Path(__file__).resolve().parents[2]
 ARGS = {**collector_args("999999999", CollectOptions(samples=0, strace_s=0, timeout_s=7)),
         "node": "nodeX"}
 
@@ -45,8 +46,11 @@ def loader_argv(cache_root, python=sys.executable, has_fallback=""):
 
 
 def cached_program(source: str) -> bytes:
-    """A cache file as the loader writes one: the package and its compiled modules, in order."""
-    return marshal.dumps(("", [("__main__", compile(source, "x", "exec"))]))
+    """A cache file as the loader writes one: the package, its compiled modules in order, and
+    the compiled bundle.py that installs them."""
+    own = (REPO / "slurmdiag" / "collector" / "bundle.py").read_text()
+    return marshal.dumps(("", [("__main__", compile(source, "x", "exec"))],
+                          compile(own, "bundle.py", "exec")))
 
 
 def cache_files(root: Path) -> list[Path]:
@@ -140,7 +144,7 @@ def test_a_damaged_cache_file_is_replaced_by_a_fresh_compile(tmp_path):
     cached.write_bytes(b"\x00garbage")
     done, frames = run(loader_argv(tmp_path))
     assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
-    package, modules = marshal.loads(cached.read_bytes())
+    package, modules, _ = marshal.loads(cached.read_bytes())
     assert package == "slurmdiag.collector" and modules[-1][1].co_filename.endswith("__main__.py")
 
 
