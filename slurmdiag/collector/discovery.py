@@ -129,7 +129,7 @@ def _children(pid, main_only=False, counter=None):
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             return None
-    found = []
+    found = []  # type: list
     for tid in tids:
         data = _read(f"/proc/{pid}/task/{tid}/children", binary=True, one_show=True)
         if data is None:
@@ -169,7 +169,7 @@ def sibling_stepd_descendants(job_id, node, skip_step=None):
     needle = _node_needle(node)
     budget = None
     found = {}
-    claimed = set()
+    claimed = set()  # type: set
     seen_stepd = False
     for stepd in candidates:
         title = _read(f"/proc/{stepd}/cmdline", binary=True, one_show=True)
@@ -237,12 +237,12 @@ def stepd_descendants(job_id, node, skip_step=None):
                     stepds[pid] = step
     if not stepds:
         return None
-    children = {}
+    children = {}  # type: dict
     for pid, ppid in parent.items():
         children.setdefault(ppid, []).append(pid)
     needle = _node_needle(node)
     found = {}
-    claimed = set()
+    claimed = set()  # type: set
     for stepd, step in stepds.items():
         if step in claimed:
             continue  # this node's stepd of that step is found: another node's (see _is_foreign)
@@ -395,7 +395,7 @@ def classify(procs):
     A "rank" that turns out to have started other ranks is their launcher ("agent"), and the
     tree is classified again with that knowledge.
     """
-    launchers = set()
+    launchers = set()  # type: set
     for _ in range(4):
         _classify_once(procs, launchers)
         found = set()

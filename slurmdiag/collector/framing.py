@@ -63,7 +63,8 @@ def loads(text):
         whitespace = " \t\n\r"  # json's WHITESPACE
         try:
             start = len(text) - len(text.lstrip(whitespace))
-            value, end = _json.make_scanner(_ScanContext)(text, start)
+            scan = _json.make_scanner(_ScanContext)  # type: ignore[arg-type]
+            value, end = scan(text, start)
             if not text[end:].strip(whitespace):
                 return value
         except (StopIteration, ValueError):

@@ -36,7 +36,7 @@ def collect_gpus(nvidia_smi, clock):
             "xid_lines": [],
             "xid_error": None,
         }
-    gpu = {
+    gpu = {  # type: dict
         "status": "error",
         "message": None,
         "query_gpu": None,

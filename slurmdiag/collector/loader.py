@@ -72,15 +72,12 @@ if root:
 if program is None:
     import binascii
     import zlib
-    if bundle == "-":
-        bundle = os.environ.get(b"SLURMDIAG_COLLECTOR_SOURCE") or sys.exit(
-            "slurmdiag: the collector source is not in the environment")
-    package, sources, own = marshal.loads(zlib.decompress(binascii.a2b_base64(bundle)))
+    data = bundle if bundle != "-" else os.environ.get(b"SLURMDIAG_COLLECTOR_SOURCE") or sys.exit(
+        "slurmdiag: the collector source is not in the environment")
+    package, sources, own = marshal.loads(zlib.decompress(binascii.a2b_base64(data)))
     own = compile(own, "slurmdiag/collector/bundle.py", "exec")
-    scope = {}
-    exec(own, scope)
+scope = vars(type(sys)("bundle"))
+exec(own, scope)
+if program is None:
     modules = scope["compile_and_keep"](package, sources, own, root and folder, path, private)
-else:
-    scope = {}
-    exec(own, scope)
 scope["install"](package, modules)

@@ -416,7 +416,7 @@ def main(argv):
     node = "_".join(node.split()) or "unknown"
     _write_line(f"@SDG1-HELLO {node} {pid}\n")
 
-    doc = {
+    doc = {  # type: dict
         "format": FORMAT,
         "node": node,
         "hostname": os.uname().nodename,

@@ -136,7 +136,7 @@ def _netlink_addresses():
     import _socket
 
     names = dict(_socket.if_nameindex())
-    found = {}
+    found = {}  # type: dict
     _netlink_dump(RTM_GETADDR, RTM_NEWADDR, lambda msg: _add_address(msg, names, found, _socket))
     return found
 
@@ -182,7 +182,7 @@ def _ip_addresses(clock):
 
 
 def _ib_ports():
-    ports = []
+    ports = []  # type: list
     root = "/sys/class/infiniband"
     try:
         devices = sorted(os.listdir(root))

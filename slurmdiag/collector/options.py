@@ -44,7 +44,7 @@ REQUIRED = (
 )
 # Sent only when they apply: the node's name (else the collector's own, from SLURMD_NODENAME or
 # the host name), and the knobs of tests and benchmarks (absent: what a real attach does).
-OPTIONAL = (
+OPTIONAL = (  # type: tuple
     ("node", lambda v: isinstance(v, str), "a string", None),
     ("exclude_pids", _pids, "a list of process ids", []),
     # "listpids" skips the /proc walks (tests, and sites whose stepd titles are not standard);

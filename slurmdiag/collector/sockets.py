@@ -165,7 +165,7 @@ def _diag_socket(msg, ipv4):
 def _proc_net_tcp(pid, wanted):
     """sock_diag_tcp's table from ``pid``'s /proc/PID/net/tcp{,6} text (its namespace's)."""
     names = {str(inode) for inode in wanted}
-    found = {}
+    found = {}  # type: dict
     for name in ("tcp", "tcp6"):
         text = _read(f"/proc/{pid}/net/{name}") or ""
         found.update((int(inode), entry) for inode, entry in parse_proc_net_tcp(text, names).items())
@@ -184,7 +184,7 @@ def tcp_sockets(pids):
     import _socket
 
     inodes = {pid: socket_inodes(pid) for pid in pids}
-    namespaces = {}  # netns -> (a pid in it, wanted inodes)
+    namespaces = {}  # type: dict  # netns -> (a pid in it, wanted inodes)
     for pid, found in inodes.items():
         if found:
             namespaces.setdefault(_netns(pid), (pid, set()))[1].update(found)

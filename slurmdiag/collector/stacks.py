@@ -127,7 +127,7 @@ def adopt_spawned_ranks(entries, pyspy, clock, concurrency):
         return []
     by_pid = {e["pid"]: e for e in entries}
     identities = run_tasks((identity_dump(pyspy, e["pid"], clock) for e in spawned), concurrency)
-    parents = {}
+    parents = {}  # type: dict
     for entry, threads in zip(spawned, identities):
         identity = spawn_identity(threads if isinstance(threads, list) else None)
         parents.setdefault(entry["rank_pid"], []).append(entry)

@@ -106,7 +106,8 @@ def _spawn(argv, out_fd, err_fd):
     # Python ignores SIGPIPE and SIGXFSZ, and exec keeps that: give tools the defaults back (as
     # subprocess does), and SIGINT too, which is what stops strace.
     # Nothing blocked in the tool either (the caller blocks our handled signals meanwhile).
-    signals = {"setsigdef": (_signal.SIGPIPE, _signal.SIGXFSZ, _signal.SIGINT), "setsigmask": ()}
+    signals = {  # type: dict
+        "setsigdef": (_signal.SIGPIPE, _signal.SIGXFSZ, _signal.SIGINT), "setsigmask": ()}
     env = _child_env()
     try:  # a session of its own: a timeout kills the tool's whole process group
         return os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True, **signals)
@@ -119,7 +120,7 @@ class Tool:
 
     def __init__(self, argv, timeout, merge_stderr=False):
         self.argv = argv
-        self.out, self.err = [], []
+        self.out, self.err = [], []  # type: list, list
         self.rc = self.note = self.wake_at = None
         self.done = self.killed = False
         out_r, out_w = os.pipe()
@@ -267,7 +268,7 @@ def run_tasks(gens, concurrency, meanwhile=None):
     ``meanwhile()`` (collector work of its own) runs once, after the first tasks have started."""
     waiting = list(gens)
     waiting.reverse()
-    tasks, running = [], []
+    tasks, running = [], []  # type: list, list
     while waiting or running:
         while waiting and len(running) < concurrency:
             tasks.append(Task(waiting.pop()))
