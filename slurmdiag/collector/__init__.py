@@ -23,6 +23,7 @@ The modules, in the order of a collection:
     flight      PyTorch Flight Recorder requests and dumps
     framing     JSON without the json package, framed stdout lines
     __main__    the program the loader runs
-    loader      the node's side of the payload: cache, compile, install, run __main__
+    loader      the node command's -c program: the interpreter check, the node cache's lookup
+    bundle      sent with the modules: compiles them, keeps them in the node cache, installs them
     doctor_node ``slurmdiag doctor``'s node program (a single file, shipped the same way)
 """
