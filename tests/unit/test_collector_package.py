@@ -206,3 +206,39 @@ def test_the_loader_is_a_linted_file_sent_without_its_comments() -> None:
                            str(PACKAGE / "bundle.py")], capture_output=True, text=True,
                           check=False, cwd=PACKAGE.parents[1])
     assert done.returncode == 0, done.stdout
+
+
+OLD_PYTHONS = {version: next(iter(sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))), None)
+               for version in ("3.8", "3.6", "2.7")}
+
+
+@pytest.mark.skipif(OLD_PYTHONS["3.8"] is None, reason="no Python 3.8 here (pyenv install 3.8)")
+def test_python_38_runs_the_collector_from_a_compile_then_from_the_cache(tmp_path):
+    # GIVEN a node whose only interpreter is Python 3.8, the collector's floor
+    args = collector_args("999999999", CollectOptions(samples=0, strace_s=0, timeout_s=6), "nX")
+    argv = [str(OLD_PYTHONS["3.8"]), "-I", "-S", "-c", COLLECTOR_LOADER, "", str(tmp_path),
+            *collector_payload(), json.dumps(args)]
+    for _ in range(2):  # WHEN the loader runs twice: a cache miss, then a hit
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                              env={"PATH": "/nonexistent"})
+        # THEN each run sends the document, without a word on stderr
+        assert done.returncode == 0 and done.stderr == ""
+        doc = decode_frames(done.stdout).documents["nX"]
+        assert doc["python"].startswith("3.8.") and doc["discovery"] == "proc"
+    (cached,) = (tmp_path / f"slurmdiag-{os.getuid()}").iterdir()
+    assert cached.name.endswith("-cpython-38-" + cached.name.rsplit("-", 1)[1])
+
+
+@pytest.mark.parametrize("version", ["3.6", "2.7"])
+def test_an_older_python_says_what_it_lacks(version, tmp_path):
+    if OLD_PYTHONS[version] is None:
+        pytest.skip(f"no Python {version} here")
+    # GIVEN a node whose only interpreter is older than the floor (no fallback given)
+    argv = [str(OLD_PYTHONS[version]), "-E", "-S", "-c", COLLECTOR_LOADER, "", str(tmp_path),
+            *collector_payload(), "{}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": "/nonexistent"})
+    # THEN the loader compiles there and says why nothing ran
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(
+        f"slurmdiag: the collector needs Python 3.8+ with its json module, found {version}.")
