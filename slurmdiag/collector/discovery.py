@@ -41,8 +41,6 @@ LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 WORLD_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
 
-
-
 def parse_listpids(text):
     """Rows of ``scontrol listpids``: [(pid, step_id or None)]; pids of -1 are dropped."""
     rows = []

@@ -14,7 +14,6 @@ except ImportError:  # an interpreter built without it: see dumps() and loads()
     _json = None  # type: ignore[assignment]
 
 
-
 FORMAT = 1
 COLLECTOR_VERSION = "1"
 CHUNK_CHARS = 600
@@ -72,8 +71,6 @@ def loads(text):
     import json
 
     return json.loads(text)
-
-
 
 
 def frame_lines(node, doc):

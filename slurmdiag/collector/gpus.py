@@ -1,6 +1,5 @@
 """nvidia-smi's raw outputs (query-gpu, compute apps, -q -x) and the kernel's Xid lines."""
 
-
 from .tools import _one_line, tool_run
 
 GPU_FIELDS = (

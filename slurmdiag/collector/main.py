@@ -54,8 +54,6 @@ WATCHDOG_MARGIN_S = 0.15
 ARGS_ERROR_BUDGET_S = 5.0
 
 
-
-
 def _enter_phase(status, phase):
     """Record how long the previous phase took (doc["timings"]), then start ``phase``."""
     now = time.monotonic()

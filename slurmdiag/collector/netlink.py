@@ -5,6 +5,7 @@ import sys
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 
+
 def _netlink_messages(sock, what):
     """(type, buffer, offset, length) of each message of the dump answering on ``sock``, until
     NLMSG_DONE; OSError for an error message (its errno when it has one)."""

@@ -46,8 +46,6 @@ def _ascii_digits(text):
     return bool(text) and len(text) <= 18 and text.isascii() and text.isdigit()
 
 
-
-
 def _read(path, binary=False, one_show=False):
     """A whole file as text (or bytes), None if it cannot be read.
 
