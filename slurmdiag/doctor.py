@@ -10,7 +10,6 @@ nodes). One line per check: ok / warning / failed, with the fix. Exit code: the 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -175,16 +174,12 @@ def watch_checks(config: str | None, overrides: dict[str, Any] | None = None) ->
 # --------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
 def node_program() -> tuple[str, str]:
-    """(hash, compressed source) of the node checks, as collector_payload() for the collector."""
-    import binascii
-    import hashlib
-    import zlib
+    """(hash, compressed bundle) of the node checks, as collector_payload() for the collector."""
+    from slurmdiag.transport.collect import program_payload
 
-    source = resources.files("slurmdiag.collector").joinpath("doctor_node.py").read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:20]
-    return digest, binascii.b2a_base64(zlib.compress(source, 6), newline=False).decode()
+    return program_payload(
+        resources.files("slurmdiag.collector").joinpath("doctor_node.py").read_text())
 
 
 def node_check_command(args: dict[str, Any], node_python: str | None) -> list[str]:

@@ -110,7 +110,7 @@ def container_hints(environ, cgroup_text, files_present):
 
 def parse_mountinfo(text, path):
     """(mount point, options) of the mount holding ``path``, from /proc/self/mountinfo (pure)."""
-    best = ("", [])
+    best = ("", [])  # type: tuple
     for line in text.splitlines():
         fields = line.split()
         if len(fields) < 6:

@@ -11,7 +11,9 @@ import binascii
 import functools
 import hashlib
 import json
+import marshal
 import os
+import re
 import shutil
 import signal
 import sys
@@ -66,95 +68,94 @@ class FanoutResult:
     interrupted: bool = False  # Ctrl-C/SIGTERM: what the nodes sent until then
 
 
+# A node program as the loader receives it: (package, ((module, source), ...)), the modules in
+# the order they import each other and the program, run as the package's __main__, last.
+Bundle = tuple[str, tuple[tuple[str, str], ...]]
+COLLECTOR_PACKAGE = "slurmdiag.collector"
+_SIBLING_IMPORT = re.compile(r"^from \.(\w+) import ", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=4)
+def package_bundle(package: str = COLLECTOR_PACKAGE) -> Bundle:
+    """The modules of ``package`` its ``__main__`` needs, each after the siblings it imports.
+
+    A module imports its siblings as ``from .name import ...`` (tests/unit/test_collector_package.py
+    walks every import of the package): they are found here with a regular expression.
+    """
+    folder = resources.files(package)
+    sources: dict[str, str] = {}
+    order: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            raise ValueError(f"{package}: circular import {' -> '.join((*path, name))}")
+        if name in sources:
+            return
+        text = folder.joinpath(f"{name}.py").read_text()
+        sources[name] = text
+        for sibling in _SIBLING_IMPORT.findall(text):
+            visit(sibling, (*path, name))
+        order.append(name)
+
+    visit("__main__", ())
+    return package, tuple((name, sources[name]) for name in order)
+
+
 @functools.lru_cache(maxsize=1)
-def collector_source() -> str:
-    """The stdlib-only node script, shipped inside the package and sent with the command."""
-    return resources.files("slurmdiag.collector").joinpath("node.py").read_text()
+def collector_bundle() -> Bundle:
+    """The node collector: the package slurmdiag.collector, stdlib only, shipped with the command."""
+    return package_bundle(COLLECTOR_PACKAGE)
 
 
-# The node command's -c program; its arguments: the interpreter to re-run it with if this one is
-# older than 3.8 or has no json module (python3-minimal alone), else python3 on PATH, or "" for
-# neither; the cache directory (or ""); the collector's hash; its compressed source, or "-" when
-# it is in the environment; the collector's args. The re-run takes this
-# program and its arguments back from /proc/self/cmdline: `python -c` keeps them nowhere else.
-#
-# Compiling the collector's 70 KB of source costs ~15 ms of CPU a node, paid 32 times on the one
-# host of an emulated cluster. So each node keeps the compiled code in a private directory
-# (mode 0700, owned by the user; checked before every use, else not used) under a name made of
-# the source hash and the interpreter's exact version: the first attach to a node compiles, the
-# later ones load; the one that compiles keeps the newest 4 files of the same interpreter, ours
-# included, and removes older versions' (and unfinished temporary files): a few versions used in
-# turn (a watchdog and a newer CLI) do not evict each other. Only the compressed source travels
-# (~30 KB): marshalled code would be twice that. Through srun the source travels in the
-# environment (PAYLOAD_ENV; the argument is "-"): Python decodes every byte of its argv at
-# start-up (~1.5 ms a node for 30 KB) but keeps the environment as bytes, read only when the
-# cache misses. Both the loader and the collector use the posix module, not os: os.py imports
-# _collections_abc, ~1 ms a node.
-COLLECTOR_LOADER = """\
-import sys,posix as os
-def j():
- for m in ('_json','json'):
-  try:
-   __import__(m);return 1
-  except ImportError:pass
-if sys.version_info<(3,8) or not j():
- import os
- a=open('/proc/self/cmdline','rb').read().split(b'\\0')[:-1]
- for x in (sys.argv[1],'python3')if sys.argv[1] else ():
-  try:os.execvp(x,[x]+a[1:5]+[b'']+a[6:])
-  except OSError:pass
- sys.exit('slurmdiag: the collector needs Python 3.8+ with its json module, found '+sys.version.split()[0])
-import marshal
-r,h,z=sys.argv[2:5];del sys.argv[1:5]
-u=os.getuid();d='%s/slurmdiag-%d'%(r,u);p='%s/%s-%s-%x'%(d,h,sys.implementation.cache_tag,sys.hexversion)
-def ok():
- s=os.lstat(d);return s.st_uid==u and s.st_mode&0o170777==0o40700
-c=None
-if r:
- try:
-  if ok():
-   with open(p,'rb') as f:c=marshal.loads(f.read())
- except (OSError,ValueError,EOFError,TypeError):c=None
-if c is None:
- import zlib,binascii
- if z=='-':z=os.environ.get(b'SLURMDIAG_COLLECTOR_SOURCE') or sys.exit('slurmdiag: the collector source is not in the environment')
- c=compile(zlib.decompress(binascii.a2b_base64(z)),'slurmdiag-collector','exec')
- if r:
-  try:
-   try:os.mkdir(d,0o700)
-   except FileExistsError:pass
-   if ok():
-    q='%s.%d'%(p,os.getpid());f=os.open(q,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600)
-    try:os.write(f,marshal.dumps(c))
-    finally:os.close(f)
-    os.rename(q,p);t=p[len(d)+1:].partition('-')[2];o=[]
-    for n in os.listdir(d):
-     if n.partition('.')[0].partition('-')[2]==t:
-      try:o.append((os.stat(d+'/'+n).st_mtime,d+'/'+n))
-      except OSError:pass
-    for m,n in sorted(o)[:-4]:
-     try:os.unlink(n)
-     except OSError:pass
-  except OSError:pass
-exec(c,{'__name__':'__main__'})
-"""
+def loader_text(source: str) -> str:
+    """loader.py's code without its docstring, comments, blank lines and most of its
+    indentation: every node decodes its argv at start-up, and the loader travels in it."""
+    body = source.split('"""', 2)[2] if source.startswith('"""') else source
+    lines = [line for line in body.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    # One space a level instead of four (the file has no multi-line strings to disturb).
+    return "".join(
+        " " * (depth // 4 + depth % 4) + line.lstrip(" ") + "\n"
+        for line in lines
+        for depth in [len(line) - len(line.lstrip(" "))]
+    )
+
+
+# The node command's -c program (see slurmdiag/collector/loader.py for its arguments and cache).
+# Only the compressed source travels (~30 KB): marshalled code would be twice that. Through srun
+# the bundle travels in the environment (PAYLOAD_ENV; the argument is "-"): Python decodes every
+# byte of its argv at start-up (~1.5 ms a node for 30 KB) but keeps the environment as bytes,
+# read only when the cache misses.
+@functools.lru_cache(maxsize=4)
+def _collector_file(name: str) -> str:
+    return resources.files(COLLECTOR_PACKAGE).joinpath(name).read_text()
+
+
+COLLECTOR_LOADER = loader_text(_collector_file("loader.py"))
 
 
 PAYLOAD_ENV = "SLURMDIAG_COLLECTOR_SOURCE"
 
 
 @functools.lru_cache(maxsize=4)
-def program_payload(text: str) -> tuple[str, str]:
-    """(hash of a node program's source, its compressed source as base64 text)."""
-    source = text.encode()
-    digest = hashlib.sha256(source).hexdigest()[:20]
+def program_payload(program: str | Bundle) -> tuple[str, str]:
+    """(hash of a node program's sources, the bundle compressed, as base64 text).
+
+    ``program``: a bundle (package_bundle), or the source of a single-file program (run as
+    ``__main__``, outside any package).
+    """
+    package, modules = ("", (("__main__", program),)) if isinstance(program, str) else program
+    own = _collector_file("bundle.py")  # compiles, keeps and installs the modules on the node
+    digest = hashlib.sha256(
+        "\0".join([package, *(part for module in modules for part in module), own]).encode()
+    ).hexdigest()[:20]
+    data = marshal.dumps((package, modules, own), 4)  # version 4: what Python 3.4+ reads
     # Level 6: 0.6% larger than 9 and three times faster (~3 ms, paid before srun starts).
-    return digest, binascii.b2a_base64(zlib.compress(source, 6), newline=False).decode()
+    return digest, binascii.b2a_base64(zlib.compress(data, 6), newline=False).decode()
 
 
 def collector_payload() -> tuple[str, str]:
-    """(hash of the collector source, its compressed source as base64 text)."""
-    return program_payload(collector_source())
+    """(hash of the collector's sources, its compressed bundle as base64 text)."""
+    return program_payload(collector_bundle())
 
 
 def default_tool_paths(name: str) -> tuple[str, ...]:

@@ -9,7 +9,6 @@ another job on this node) record whether anything ever ptrace-attached to them.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import resource
@@ -25,11 +24,16 @@ from typing import Any
 
 import pytest
 
-from slurmdiag.collector import node as collector
+from slurmdiag.collector import discovery, procfs, sockets, stacks, strace, tools
+from slurmdiag.transport.collect import (
+    CollectOptions,
+    collector_args,
+    collector_payload,
+    node_command,
+)
 from slurmdiag.transport.framing import decode_frames
 
 REPO = Path(__file__).resolve().parents[2]
-COLLECTOR = REPO / "slurmdiag" / "collector" / "node.py"
 PYSPY = shutil.which("py-spy", path=str(REPO / ".venv" / "bin")) or shutil.which("py-spy")
 STRACE = shutil.which("strace")
 #: Job ids of this run: past Slurm's MaxJobId (67108863 by default), and distinct between two
@@ -182,11 +186,18 @@ def rank_env(rank: int, node: str = "nodeX", job: str = JOB) -> dict[str, str]:
     }
 
 
-def run_collector(args: dict[str, Any], via_c: bool = False) -> tuple[dict, float, float, str]:
-    """Run the collector like srun does; returns (document, wall s, CPU s incl. tools, stdout)."""
-    full = {"pyspy": [PYSPY], "nvidia_smi": [], **args}
-    source = ["-c", COLLECTOR.read_text()] if via_c else [str(COLLECTOR)]
-    argv = ["python3", "-I", "-S", *source, json.dumps(full)]
+def full_args(args: dict[str, Any]) -> dict[str, Any]:
+    """Every argument, as the controller sends them (its defaults), with ``args`` over them."""
+    return {**collector_args(args["job_id"], CollectOptions()), "pyspy": [PYSPY],
+            "nvidia_smi": [], **args}
+
+
+def run_collector(args: dict[str, Any]) -> tuple[dict, float, float, str]:
+    """Run the collector like srun does (the loader and the bundle, no cache); returns
+    (document, wall s, CPU s incl. tools, stdout)."""
+    full = full_args(args)
+    options = CollectOptions(node_python="python3", node_cache="")
+    argv = node_command(args["job_id"], options, program=(collector_payload(), full))
     env = {"PATH": TOOL_PATH, "LANG": "C.UTF-8"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
@@ -417,7 +428,6 @@ def test_stopped_process_is_dumped_nonblocking_and_left_stopped(tmp_path: Path) 
                 "strace_s": 0.5,
                 "strace": [STRACE] if STRACE else [],
             },
-            via_c=True,
         )
         # THEN its stack was read, strace stayed away, and it is still stopped, untraced
         (process,) = doc["processes"]
@@ -445,7 +455,7 @@ def test_deadline_is_kept_and_skipped_samples_are_named(job: dict) -> None:
         "deadline_s": 3.0,
     }
     # WHEN the collector runs
-    doc, wall, _, _ = run_collector(args, via_c=True)
+    doc, wall, _, _ = run_collector(args)
     # THEN the document arrives in time and says what was left out
     assert wall < 3.5
     assert any(e.startswith("skipped samples 4-5 of 5") for e in doc["errors"]), doc["errors"]
@@ -499,39 +509,6 @@ def test_timings_of_three_ranks_three_samples_are_reasonable(collected: dict) ->
 # ---------------------------------------------------------------- pure parts
 
 
-def test_source_is_python38_grammar_and_imports_no_slurmdiag() -> None:
-    source = COLLECTOR.read_text()
-    tree = ast.parse(source, feature_version=(3, 8))
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        for alias in getattr(node, "names", [])
-    }
-    assert "slurmdiag" not in imported and "os" not in imported
-    assert imported <= {
-        "_json",  # C modules the collector uses instead of json, signal and socket (start-up cost)
-        "_signal",
-        "_socket",
-        "_struct",  # sock_diag messages, unpacked in place
-        "select",
-        "_thread",
-        "json",
-        "posix",  # not os: os.py imports _collections_abc
-        "sys",
-        "time",
-        "threading",
-        "subprocess",
-        "signal",
-        "zlib",
-        "binascii",
-        "traceback",
-        "fcntl",
-        "socket",
-        "struct",
-    }
-
-
 def test_parse_listpids_keeps_steps_and_drops_placeholders() -> None:
     text = (
         "PID      JOBID    STEPID   LOCALID GLOBALID\n"
@@ -540,7 +517,7 @@ def test_parse_listpids_keeps_steps_and_drops_placeholders() -> None:
         "3913212  13073    batch    0       0\n"
         "3913230  13073    0        1       5\n"
     )
-    assert collector.parse_listpids(text) == [
+    assert discovery.parse_listpids(text) == [
         (3913206, "extern"),
         (3913212, "batch"),
         (3913230, "0"),
@@ -550,9 +527,9 @@ def test_parse_listpids_keeps_steps_and_drops_placeholders() -> None:
 def test_raw_environ_names_the_node_of_a_process() -> None:
     # Where several slurmd share a host, a process of another node is dropped before its
     # environment is parsed; one that names this node is ours, one that names none is unknown.
-    needle = collector._node_needle("node002", cluster="")
+    needle = discovery._node_needle("node002", cluster="")
     env = b"PATH=/bin\0SLURMD_NODENAME=%s\0SLURM_PROCID=3\0"
-    whose = collector._environ_node
+    whose = discovery._environ_node
     assert whose(env % b"node001", needle) == "foreign"
     assert whose(env % b"node002", needle) == "ours"
     assert whose(env % b"node0022", needle) == "foreign"  # a prefix is not the node
@@ -563,13 +540,13 @@ def test_raw_environ_names_the_node_of_a_process() -> None:
     assert whose(b"", needle) is None  # a zombie's: nothing to say
     # Two clusters on one host (emulated) can share job ids and node names: a process that
     # names another cluster than our step's is foreign, whatever node it names
-    needle = collector._node_needle("node002", cluster="alpha")
+    needle = discovery._node_needle("node002", cluster="alpha")
     tagged = b"SLURM_CLUSTER_NAME=%s\0SLURMD_NODENAME=node002\0"
     assert whose(tagged % b"alpha", needle) == "ours"
     assert whose(tagged % b"beta", needle) == "foreign"
     assert whose(tagged % b"alphabet", needle) == "foreign"
     assert whose(b"SLURMD_NODENAME=node002\0", needle) == "ours"  # no cluster named: the node says
-    assert collector.parse_environ(env % b"node002")["SLURM_PROCID"] == "3"
+    assert procfs.parse_environ(env % b"node002")["SLURM_PROCID"] == "3"
 
 
 def test_proc_net_tcp_addresses_and_states() -> None:
@@ -579,14 +556,14 @@ def test_proc_net_tcp_addresses_and_states() -> None:
         "   0: 0100007F:1F90 0100007F:C350 01 00000010:00000002 00:00000000 00000000  0 0 "
         "12345 1 0000000000000000 20 4 30 10 -1\n"
     )
-    table = collector.parse_proc_net_tcp(text)
+    table = sockets.parse_proc_net_tcp(text)
     assert table == {"12345": ("127.0.0.1", 8080, "127.0.0.1", 50000, "ESTABLISHED", 16, 2)}
     text6 = (
         "  sl  local_address                         remote_address                        st\n"
         "   0: 00000000000000000000000001000000:1F90 0000000000000000FFFF00000100007F:C350 0A "
         "00000000:00000000 00:00000000 00000000 0 0 777 1\n"
     )
-    assert collector.parse_proc_net_tcp(text6) == {
+    assert sockets.parse_proc_net_tcp(text6) == {
         "777": ("::1", 8080, "127.0.0.1", 50000, "LISTEN", 0, 0)
     }
 
@@ -610,7 +587,7 @@ def test_environment_allowlist() -> None:
         "PWD": "/home/u/secret-project",  # the working directory: not on the allowlist
         "TORCH_HOME": "https://user:pw@cache.example/torch",
     }
-    assert collector.allowed_env(env) == {
+    assert procfs.allowed_env(env) == {
         "CUDA_VISIBLE_DEVICES": "0,1",
         "GLOO_X": "1",
         "NCCL_DEBUG": "INFO",
@@ -642,7 +619,7 @@ def test_environment_allowlist() -> None:
     ],
 )
 def test_secret_option_values_and_url_credentials_are_masked(argv, masked) -> None:
-    assert collector.mask_secrets(argv) == masked
+    assert procfs.mask_secrets(argv) == masked
 
 
 def test_cmdline_of_a_real_process_is_masked(tmp_path) -> None:
@@ -651,10 +628,10 @@ def test_cmdline_of_a_real_process_is_masked(tmp_path) -> None:
                              "--hf_token=hf_SECRET", "--url", "https://me:pw-SECRET@h/"])
     try:
         deadline = time.monotonic() + 5
-        while "--url" not in collector.read_cmdline(proc.pid) and time.monotonic() < deadline:
+        while "--url" not in procfs.read_cmdline(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         # WHEN the collector reads its command line THEN neither secret is in it
-        argv = collector.read_cmdline(proc.pid)
+        argv = procfs.read_cmdline(proc.pid)
         assert argv[-3:] == ["--hf_token=***", "--url", "https://me:***@h/"]
         assert "SECRET" not in " ".join(argv)
     finally:
@@ -706,7 +683,7 @@ def test_classify_torchrun_agent_ranks_and_workers() -> None:
             comm="pt_data_worker",
         ),
     }
-    collector.classify(procs)
+    discovery.classify(procs)
     roles = {pid: (info["role"], info["rank_pid"]) for pid, info in procs.items()}
     assert roles == {
         10: (None, None),
@@ -715,7 +692,7 @@ def test_classify_torchrun_agent_ranks_and_workers() -> None:
         13: ("rank", None),
         14: ("dataloader_worker", 13),
     }
-    assert collector._launcher(procs[12], procs) == "torchrun"
+    assert discovery._launcher(procs[12], procs) == "torchrun"
 
 
 def test_ranks_the_batch_script_started_itself_are_not_called_srun_ranks() -> None:
@@ -732,14 +709,14 @@ def test_ranks_the_batch_script_started_itself_are_not_called_srun_ranks() -> No
     }
     for info in procs.values():
         info["step_id"] = "batch"
-    collector.classify(procs)
+    discovery.classify(procs)
     # THEN they are ranks whose launcher is the batch script, not srun (whose task count would
     # then be taken for the world size); mpirun stays mpirun
     assert [procs[p]["role"] for p in (31, 32, 33)] == ["rank"] * 3
-    assert {collector._launcher(procs[p], procs) for p in (31, 32, 33)} == {"batch"}
-    assert collector._launcher(procs[40], procs) == "mpirun"
+    assert {discovery._launcher(procs[p], procs) for p in (31, 32, 33)} == {"batch"}
+    assert discovery._launcher(procs[40], procs) == "mpirun"
     procs[31]["step_id"] = "0"  # the same process under srun
-    assert collector._launcher(procs[31], procs) == "srun"
+    assert discovery._launcher(procs[31], procs) == "srun"
 
 
 def test_classify_submitit_parent_that_started_ranks_is_an_agent() -> None:
@@ -750,10 +727,10 @@ def test_classify_submitit_parent_that_started_ranks_is_an_agent() -> None:
         21: _info(21, 20, ["/usr/bin/python3", "worker.py"], {**slurm, "RANK": "0"}),
         22: _info(22, 20, ["/usr/bin/python3", "worker.py"], {**slurm, "RANK": "1"}),
     }
-    collector.classify(procs)
+    discovery.classify(procs)
     assert procs[20]["role"] == "agent" and procs[20]["agent_kind"] == "submitit"
     assert procs[21]["role"] == procs[22]["role"] == "rank"
-    assert collector._launcher(procs[22], procs) == "submitit"
+    assert discovery._launcher(procs[22], procs) == "submitit"
 
 
 def _run_with_stuck_collect(
@@ -766,15 +743,16 @@ def _run_with_stuck_collect(
     can emit.
     """
     driver = (
-        "import signal, sys, time; sys.path.insert(0, sys.argv.pop(1)); import node\n"
-        "def stuck(args, clock, doc, status):\n"
+        "import posix, signal, sys, time; sys.path.insert(0, sys.argv.pop(1))\n"
+        "from slurmdiag.collector import main\n"
+        "def stuck(options, clock, doc, status):\n"
         "    status['phase'] = 'py-spy sampling'\n"
         f"    if {deaf}: signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM}})\n"
         "    time.sleep(60)\n"
-        "node.collect = stuck\n"
-        "node.os._exit(node.main(sys.argv))\n"
+        "main.collect = stuck\n"
+        "posix._exit(main.main(sys.argv))\n"
     )
-    argv = ["python3", "-I", "-S", "-c", driver, str(COLLECTOR.parent), json.dumps(args)]
+    argv = ["python3", "-I", "-S", "-c", driver, str(REPO), json.dumps(full_args(args))]
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -833,10 +811,10 @@ def test_spawned_rank_identity_from_real_locals() -> None:
     # GIVEN py-spy --locals of rank 1 of a job whose ranks mp.spawn started (real dump)
     threads = json.loads(SPAWNED.read_text())
     # THEN the index comes from _wrap's i, rank and world size from the spawned function
-    assert collector.spawn_identity(threads) == {"local_rank": 1, "rank": 1, "world_size": 4}
+    assert stacks.spawn_identity(threads) == {"local_rank": 1, "rank": 1, "world_size": 4}
     # AND a stack without _wrap says nothing
     plain = json.loads((REPO / "tests/fixtures/py_spy/local_pyspy0.4_json_blocked.json").read_text())
-    assert collector.spawn_identity(plain) == {"local_rank": None, "rank": None, "world_size": None}
+    assert stacks.spawn_identity(plain) == {"local_rank": None, "rank": None, "world_size": None}
 
 
 def _entry(pid: int, ppid: int, role: str, rank_pid: int | None, threads: list | None,
@@ -875,7 +853,7 @@ def test_spawned_children_become_ranks_and_their_script_an_agent(tmp_path: Path,
         path = tmp_path / f"dump{index}.json"
         path.write_text(json.dumps(threads))
         dumps.append(path)
-    slim = collector.slim_threads(real)
+    slim = stacks.slim_threads(real)
     entries = [
         _entry(100, 1, "rank", None, [], rank=1, world_size=2),
         _entry(101, 100, "dataloader_worker", 100, slim),
@@ -886,7 +864,7 @@ def test_spawned_children_become_ranks_and_their_script_an_agent(tmp_path: Path,
     # WHEN they are adopted (py-spy replays each child's dump)
     by_pid = {e["pid"]: e for e in entries}
     pyspy = _fake_pyspy(tmp_path, {101: dumps[0], 102: dumps[1]})
-    adopted = collector.adopt_spawned_ranks(entries, pyspy, collector.Clock(20), 2)
+    adopted = stacks.adopt_spawned_ranks(entries, pyspy, tools.Clock(20), 2)
     # THEN the children are ranks with their identity, the script an agent
     assert [e["pid"] for e in adopted] == [101, 102]
     assert by_pid[100]["role"] == "agent" and by_pid[100]["launcher"] == "mp.spawn"
@@ -908,27 +886,27 @@ def test_tools_get_neither_our_source_nor_the_callers_locale(monkeypatch) -> Non
     # GIVEN the step's environment, with the collector's source in it
     import posix
 
-    monkeypatch.setitem(posix.environ, collector.SOURCE_ENV, b"eNq...")
-    monkeypatch.setattr(collector, "_ENV", {})
-    monkeypatch.setattr(collector, "_ENVIRON", {})
+    monkeypatch.setitem(posix.environ, tools.SOURCE_ENV, b"eNq...")
+    monkeypatch.setattr(tools, "_ENV", {})
+    monkeypatch.setattr(tools, "_ENVIRON", {})
     # THEN py-spy, strace and nvidia-smi run without it, in the C locale, marked as ours
-    env = collector._child_env()
+    env = tools._child_env()
     # (the collector cannot import slurmdiag: its copy of the name must be the controller's)
     from slurmdiag.transport.collect import PAYLOAD_ENV
 
-    assert collector.SOURCE_ENV == PAYLOAD_ENV.encode()
-    assert collector.SOURCE_ENV not in env
-    assert env[b"LC_ALL"] == b"C" and env[collector.MARKER_ENV.encode()] == b"1"
-    assert "SLURMDIAG_COLLECTOR_SOURCE" not in collector._environ()
-    assert collector._environ()["PATH"] == os.environ["PATH"]
+    assert tools.SOURCE_ENV == PAYLOAD_ENV.encode()
+    assert tools.SOURCE_ENV not in env
+    assert env[b"LC_ALL"] == b"C" and env[tools.MARKER_ENV.encode()] == b"1"
+    assert "SLURMDIAG_COLLECTOR_SOURCE" not in tools._environ()
+    assert tools._environ()["PATH"] == os.environ["PATH"]
 
 
 def test_a_syscall_stop_of_our_own_strace_is_not_reported_as_stopped(monkeypatch) -> None:
     # GIVEN a rank our strace stops at two syscall boundaries in a row, then blocked in a call
     states = iter(["t", "t", "S"])
-    monkeypatch.setattr(collector, "read_stat", lambda pid: {"state": next(states)})
+    monkeypatch.setattr(strace, "read_stat", lambda pid: {"state": next(states)})
     # WHEN its state is read while strace is attached THEN the settled state comes back
-    assert collector._untraced_stat(1234)["state"] == "S"
+    assert strace._untraced_stat(1234)["state"] == "S"
     # AND a rank that stays in a tracing stop is reported as it is
-    monkeypatch.setattr(collector, "read_stat", lambda pid: {"state": "t"})
-    assert collector._untraced_stat(1234, tries=3)["state"] == "t"
+    monkeypatch.setattr(strace, "read_stat", lambda pid: {"state": "t"})
+    assert strace._untraced_stat(1234, tries=3)["state"] == "t"

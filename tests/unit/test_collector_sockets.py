@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmdiag.collector import node as collector
+from slurmdiag.collector import sockets, tools
 
 UNREAD = b"hello"
 
@@ -60,8 +60,8 @@ def test_netlink_and_proc_net_tcp_agree_on_live_sockets(live_sockets: dict) -> N
         try:
             tcp = {_inode(s) for key, s in made.items() if key != "host"}
             # WHEN read from netlink and from the text table
-            via_netlink = collector.sock_diag_tcp(family, tcp | {_inode(udp)})
-            via_text = collector._proc_net_tcp(os.getpid(), tcp | {_inode(udp)})
+            via_netlink = sockets.sock_diag_tcp(family, tcp | {_inode(udp)})
+            via_text = sockets._proc_net_tcp(os.getpid(), tcp | {_inode(udp)})
         finally:
             udp.close()
         # THEN both see the same five TCP sockets, identically decoded
@@ -99,17 +99,17 @@ def test_inodes_of_another_process_and_both_readers(tmp_path: Path) -> None:
             time.sleep(0.05)
         port = int(ready.read_text())
         # WHEN its sockets are read (netlink: it shares our network namespace)
-        by_pid, how = collector.tcp_sockets([child.pid, 999999999])
+        by_pid, how = sockets.tcp_sockets([child.pid, 999999999])
         # THEN the three TCP sockets, not the UNIX pair; an unreadable process is None
         assert how == "netlink"
         assert by_pid[999999999] is None
-        conns = collector.connection_list(by_pid[child.pid], {})
+        conns = sockets.connection_list(by_pid[child.pid], {})
         assert sorted((c["state"], c["local"] == f"127.0.0.1:{port}") for c in conns) == [
             ("ESTABLISHED", False), ("ESTABLISHED", True), ("LISTEN", True)]
         assert {c["interface"] for c in conns} == {"lo"}
-        assert len(collector.socket_inodes(child.pid) or ()) == 5
+        assert len(sockets.socket_inodes(child.pid) or ()) == 5
         # AND the text table of its namespace says the same
-        text = collector._proc_net_tcp(child.pid, collector.socket_inodes(child.pid))
+        text = sockets._proc_net_tcp(child.pid, sockets.socket_inodes(child.pid))
         assert sorted(text.values()) == sorted(by_pid[child.pid])
     finally:
         child.kill()
@@ -119,14 +119,14 @@ def test_inodes_of_another_process_and_both_readers(tmp_path: Path) -> None:
 def test_netlink_refused_falls_back_to_the_text_table(
         live_sockets: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a kernel (or seccomp profile) that refuses NETLINK_SOCK_DIAG
-    real = collector.sock_diag_tcp(socket.AF_INET, {_inode(live_sockets[socket.AF_INET]["client"])})
+    real = sockets.sock_diag_tcp(socket.AF_INET, {_inode(live_sockets[socket.AF_INET]["client"])})
 
     def refused(family: int, wanted: set[int]) -> dict:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(collector, "sock_diag_tcp", refused)
+    monkeypatch.setattr(sockets, "sock_diag_tcp", refused)
     # WHEN this process's sockets are read
-    by_pid, how = collector.tcp_sockets([os.getpid()])
+    by_pid, how = sockets.tcp_sockets([os.getpid()])
     # THEN they come from /proc/net/tcp, and the document says why
     assert how == "netlink refused ([Errno 13] Permission denied), proc"
     assert set(real.values()) <= set(by_pid[os.getpid()])
@@ -134,9 +134,9 @@ def test_netlink_refused_falls_back_to_the_text_table(
 
 def test_state_filter_keeps_every_state_a_process_can_hold() -> None:
     # TIME_WAIT (6) and NEW_SYN_RECV (12) have no inode; every other TCP state may be an open fd
-    states = {s for s in range(1, 13) if collector.TCP_STATES_WITH_INODE >> s & 1}
+    states = {s for s in range(1, 13) if sockets.TCP_STATES_WITH_INODE >> s & 1}
     assert states == set(range(1, 12)) - {6}
-    assert {int(k, 16) for k in collector.TCP_STATES} - states == {6, 12}
+    assert {int(k, 16) for k in sockets.TCP_STATES} - states == {6, 12}
 
 
 def test_the_sockets_are_read_while_the_first_tools_run() -> None:
@@ -144,11 +144,11 @@ def test_the_sockets_are_read_while_the_first_tools_run() -> None:
     seen: list[tuple[int, int]] = []
 
     def meanwhile() -> None:  # what the collector does with the sockets
-        seen.append((len(collector._LIVE), len(collector._TASKS)))
+        seen.append((len(tools._LIVE), len(tools._TASKS)))
 
-    gens = (collector.tool_run(["sleep", "0.2"], 5.0) for _ in range(2))
+    gens = (tools.tool_run(["sleep", "0.2"], 5.0) for _ in range(2))
     # WHEN run with work of the collector's own
-    results = collector.run_tasks(gens, 8, meanwhile)
+    results = tools.run_tasks(gens, 8, meanwhile)
     # THEN that work ran once, while both tools were alive, and the tools ended normally
     assert seen == [(2, 2)]
     assert [r[0] for r in results] == [0, 0]

@@ -157,7 +157,7 @@ def test_controller_reads_the_format_the_collector_writes():
     from slurmdiag.assemble import NODE_DOCUMENT_FORMAT
 
     # The collector is stdlib-only and never imported by the controller: read its constant.
-    source = (Path(collect.__file__).parent.parent / "collector" / "node.py").read_text()
+    source = (Path(collect.__file__).parent.parent / "collector" / "framing.py").read_text()
     values = [node.value.value for node in ast.parse(source).body
               if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
               and any(isinstance(t, ast.Name) and t.id == "FORMAT" for t in node.targets)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from slurmdiag.collector import node as collector
+from slurmdiag.collector import framing
 from slurmdiag.transport.framing import CHUNK_CHARS, decode_frames, encode_frames
 
 
@@ -36,7 +36,7 @@ def test_round_trip_keeps_document_and_hello() -> None:
 def test_collector_encoder_matches_controller_decoder() -> None:
     # GIVEN the collector's own copy of the encoder
     doc = _big_doc("node007", 7)
-    text = "".join(collector.frame_lines("node007", doc))
+    text = "".join(framing.frame_lines("node007", doc))
     # WHEN / THEN the controller decodes it, and both encoders agree byte for byte
     assert decode_frames(text).documents == {"node007": doc}
     assert text == encode_frames("node007", doc)

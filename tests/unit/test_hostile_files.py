@@ -14,7 +14,7 @@ import pytest
 from support.users import User, other_user
 
 import slurmdiag.torch as hook
-from slurmdiag.collector import node as collector
+from slurmdiag.collector import flight, tools
 
 SECRET = "root:$6$hash-that-must-never-leave:19000:0:99999:7:::\n"
 
@@ -136,7 +136,7 @@ def fr_dir(tmp_path: Path, user: User, rank: int) -> Path:
 
 def _collect(requests, rank, env, wait_s=0.3):
     entry = {"pid": rank, "rank": 0}
-    collector.fr_collect(requests, {rank: entry}, {rank: env}, collector.Clock(30), wait_s)
+    flight.fr_collect(requests, {rank: entry}, {rank: env}, tools.Clock(30), wait_s)
     return entry["flight_recorder"]
 
 
@@ -144,7 +144,7 @@ def test_trigger_is_never_created_through_a_planted_symlink(fr_dir, rank, victim
     # GIVEN the rank's user planted `<pid>.trigger` as a symlink to a root-only file
     (fr_dir / f"{rank}.trigger").symlink_to(victim)
     # WHEN the collector (root) asks for a dump
-    request = collector.fr_request(rank, {"SLURMDIAG_FR_DIR": str(fr_dir)})
+    request = flight.fr_request(rank, {"SLURMDIAG_FR_DIR": str(fr_dir)})
     # THEN the victim is neither truncated nor rewritten, and the request is an error
     assert victim.read_text() == SECRET
     assert request is not None and "not a regular file" in request["error"]
@@ -153,7 +153,7 @@ def test_trigger_is_never_created_through_a_planted_symlink(fr_dir, rank, victim
 def test_symlinked_dump_to_a_root_file_is_not_read(fr_dir, rank, victim):
     # GIVEN a trigger was created, and the "dump" that appears is a symlink to a root-only file
     env = {"SLURMDIAG_FR_DIR": str(fr_dir)}
-    request = collector.fr_request(rank, env)
+    request = flight.fr_request(rank, env)
     assert request is not None and request["error"] is None
     assert (fr_dir / f"{rank}.trigger").is_file()
     (fr_dir / f"{rank}.fr.json").symlink_to(victim)
@@ -167,7 +167,7 @@ def test_symlinked_dump_to_a_root_file_is_not_read(fr_dir, rank, victim):
 
 def test_dump_of_another_owner_is_ignored_and_the_rank_users_is_read(fr_dir, rank, user):
     env = {"SLURMDIAG_FR_DIR": str(fr_dir)}
-    request = collector.fr_request(rank, env)
+    request = flight.fr_request(rank, env)
     dump = fr_dir / f"{rank}.fr.json"
     dump.write_text('{"entries": []}')  # root's file, not the rank's user's
     result = _collect({rank: request}, rank, env)
@@ -180,7 +180,7 @@ def test_dump_of_another_owner_is_ignored_and_the_rank_users_is_read(fr_dir, ran
 
 def test_a_fifo_dump_does_not_block(fr_dir, rank):
     env = {"SLURMDIAG_FR_DIR": str(fr_dir)}
-    request = collector.fr_request(rank, env)
+    request = flight.fr_request(rank, env)
     os.mkfifo(fr_dir / f"{rank}.fr.json")
     result = _collect({rank: request}, rank, env)
     assert result["status"] == "refused" and "not a regular file" in result["message"]
@@ -192,7 +192,7 @@ def test_registry_directory_not_private_is_not_used(tmp_path, rank, user):
     fr.mkdir()
     fr.chmod(0o777)
     (fr / f"{rank}.json").write_text("{}")
-    request = collector.fr_request(rank, {"SLURMDIAG_FR_DIR": str(fr)})
+    request = flight.fr_request(rank, {"SLURMDIAG_FR_DIR": str(fr)})
     # THEN no trigger is created in it, and the reason is an error of that rank
     assert request is not None and request["error"].startswith("not asking for a dump")
     assert f"owned by uid 0, not by the rank's user (uid {user.uid})" in request["error"]
@@ -219,7 +219,7 @@ def test_read_owned_is_bounded(tmp_path):
     path = tmp_path / "big"
     with open(path, "wb") as fh:
         fh.truncate(1 << 30)  # sparse 1 GiB
-    data, why = collector.read_owned(str(path), os.getuid(), 4096)
+    data, why = flight.read_owned(str(path), os.getuid(), 4096)
     assert why is None and len(data) == 4096
 
 

@@ -18,7 +18,8 @@ from snapfactory import collective, dataloader_wait, in_user, job, stack, thread
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.stacks import is_idle_thread, merge_stacks, pick_main_thread
 from slurmdiag.assemble import _samples
-from slurmdiag.collector.node import read_stat, read_usage
+from slurmdiag.collector.procfs import read_stat
+from slurmdiag.collector.stacks import read_usage
 from slurmdiag.parsers.pyspy import parse_pyspy_json
 from slurmdiag.snapshot import Sample, Snapshot, ThreadStack
 

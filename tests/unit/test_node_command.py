@@ -23,13 +23,16 @@ from slurmdiag.transport.collect import (
     PAYLOAD_ENV,
     SYSTEM_PYTHON,
     CollectOptions,
+    collector_args,
     collector_payload,
     node_command,
 )
 from slurmdiag.transport.framing import decode_frames
 from slurmdiag.transport.ssh import ssh_command
 
-ARGS = {"job_id": "999999999", "node": "nodeX", "samples": 0, "strace_s": 0, "deadline_s": 5}
+REPO = Path(__file__).resolve().parents[2]
+ARGS = {**collector_args("999999999", CollectOptions(samples=0, strace_s=0, timeout_s=7)),
+        "node": "nodeX"}
 
 
 def run(argv, **kwargs):
@@ -40,6 +43,14 @@ def run(argv, **kwargs):
 def loader_argv(cache_root, python=sys.executable, has_fallback=""):
     return [python, "-I", "-S", "-c", COLLECTOR_LOADER, has_fallback, str(cache_root),
             *collector_payload(), json.dumps(ARGS)]
+
+
+def cached_program(source: str) -> bytes:
+    """A cache file as the loader writes one: the package, its compiled modules in order, and
+    the compiled bundle.py that installs them."""
+    own = (REPO / "slurmdiag" / "collector" / "bundle.py").read_text()
+    return marshal.dumps(("", [("__main__", compile(source, "x", "exec"))],
+                          compile(own, "bundle.py", "exec")))
 
 
 def cache_files(root: Path) -> list[Path]:
@@ -68,7 +79,7 @@ def test_first_run_compiles_and_caches_privately_then_later_runs_load_the_cache(
     assert cached.name == (f"{collector_payload()[0]}-{sys.implementation.cache_tag}-"
                            f"{sys.hexversion:x}")
     # WHEN the cached code is replaced by a program that only prints a marker
-    cached.write_bytes(marshal.dumps(compile("print('FROM-CACHE')", "x", "exec")))
+    cached.write_bytes(cached_program("print('FROM-CACHE')"))
     done, _ = run(loader_argv(tmp_path))
     # THEN the next run executes the cached code, not the source
     assert done.stdout.strip() == "FROM-CACHE"
@@ -106,7 +117,7 @@ def test_a_cache_directory_others_can_write_or_enter_is_never_used(tmp_path, mod
     directory.mkdir()
     directory.chmod(mode)
     name = f"{collector_payload()[0]}-{sys.implementation.cache_tag}-{sys.hexversion:x}"
-    (directory / name).write_bytes(marshal.dumps(compile("print('PLANTED')", "x", "exec")))
+    (directory / name).write_bytes(cached_program("print('PLANTED')"))
     # WHEN the loader runs
     done, frames = run(loader_argv(tmp_path))
     # THEN the planted code is not run, the collector is, and nothing is written there
@@ -121,7 +132,7 @@ def test_a_cache_directory_owned_by_another_user_is_never_used(tmp_path):
     directory.mkdir(mode=0o700)
     os.chown(directory, 65534, 65534)
     name = f"{collector_payload()[0]}-{sys.implementation.cache_tag}-{sys.hexversion:x}"
-    (directory / name).write_bytes(marshal.dumps(compile("print('PLANTED')", "x", "exec")))
+    (directory / name).write_bytes(cached_program("print('PLANTED')"))
     done, frames = run(loader_argv(tmp_path))
     assert "PLANTED" not in done.stdout
     assert frames.documents["nodeX"]["node"] == "nodeX"
@@ -133,7 +144,8 @@ def test_a_damaged_cache_file_is_replaced_by_a_fresh_compile(tmp_path):
     cached.write_bytes(b"\x00garbage")
     done, frames = run(loader_argv(tmp_path))
     assert frames.documents["nodeX"]["node"] == "nodeX", done.stderr[-500:]
-    assert marshal.loads(cached.read_bytes()).co_filename == "slurmdiag-collector"
+    package, modules, _ = marshal.loads(cached.read_bytes())
+    assert package == "slurmdiag.collector" and modules[-1][1].co_filename.endswith("__main__.py")
 
 
 def test_the_source_can_come_from_the_environment_instead_of_argv(tmp_path):

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmdiag.collector import node as collector
+from slurmdiag.collector import discovery
 
 REPO = Path(__file__).resolve().parents[2]
-COLLECTOR = REPO / "slurmdiag" / "collector" / "node.py"
 PYTHON = os.path.realpath(sys.executable)
 JOB = "999999"
 
@@ -40,20 +39,20 @@ TASK = r"""
 import json, os, subprocess, sys, threading, time
 spec = json.loads(sys.argv[1])
 if spec.get("probe"):
-    ns = {"__name__": "collector"}
-    exec(compile(open(spec["collector"]).read(), "collector", "exec"), ns)
+    sys.path.insert(0, spec["repo"])
+    from slurmdiag.collector import discovery as ns
     if spec.get("tiny_budget"):
-        ns["CHILDREN_READS_BEFORE_BUDGET"] = 0
-        ns["_proc_entries"] = lambda: 1
-    reads, real_read = [], ns["_read"]
+        ns.CHILDREN_READS_BEFORE_BUDGET = 0
+        ns._proc_entries = lambda: 1
+    reads, real_read = [], ns._read
     def counting_read(path, *args, **kwargs):
         reads.append(path)
         return real_read(path, *args, **kwargs)
-    ns["_read"] = counting_read
+    ns._read = counting_read
     own = os.environ["SLURM_STEP_ID"]
-    result = {"siblings": ns["sibling_stepd_descendants"](spec["job"], spec["node"], own)}
+    result = {"siblings": ns.sibling_stepd_descendants(spec["job"], spec["node"], own)}
     result["sibling_reads"], reads[:] = list(reads), []
-    result["walk"] = ns["stepd_descendants"](spec["job"], spec["node"], own)
+    result["walk"] = ns.stepd_descendants(spec["job"], spec["node"], own)
     result["walk_reads"] = list(reads)
     with open(spec["out"] + ".tmp", "w") as f:
         json.dump(result, f)
@@ -148,7 +147,7 @@ def three_nodes(tmp_path, request):
 
         def run_probe(**extra):
             out = tmp_path / f"probe-{len(started)}.json"
-            probe = _task("nodeA", "7", probe=True, collector=str(COLLECTOR), job=JOB, node="nodeA",
+            probe = _task("nodeA", "7", probe=True, repo=str(REPO), job=JOB, node="nodeA",
                           out=str(out), **extra)
             own = stepd(f"slurmstepd: [{JOB}.7]", [probe])
             own.wait(timeout=60)
@@ -225,4 +224,4 @@ def test_sibling_walk_gives_way_when_the_jobs_threads_cost_more_than_proc(three_
 def test_sibling_walk_needs_a_slurmstepd_parent():
     # GIVEN this test process, whose parent is no slurmstepd (as over ssh)
     # WHEN / THEN the sibling walk declines
-    assert collector.sibling_stepd_descendants(JOB, "nodeA", None) is None
+    assert discovery.sibling_stepd_descendants(JOB, "nodeA", None) is None

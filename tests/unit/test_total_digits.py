@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from slurmdiag.collector import node as collector
+from slurmdiag.collector import discovery
 from slurmdiag.post_mortem.logs import _expand
 from slurmdiag.slurm.sacct import _number
 
@@ -16,7 +16,7 @@ def test_listpids_rows_with_superscript_digits_are_noise() -> None:
     # GIVEN listpids text with a forged pid column
     text = "PID      JOBID    STEPID   LOCALID GLOBALID\n²        7        0        0       0\n4242 7 0 0 0\n"
     # WHEN parsed THEN the forged row is skipped, not an exception
-    assert collector.parse_listpids(text) == [(4242, "0")]
+    assert discovery.parse_listpids(text) == [(4242, "0")]
 
 
 def test_post_mortem_task_ranges_are_bounded_before_they_are_built() -> None:

@@ -1,0 +1,486 @@
+"""The collection, phase by phase (collect), and main: arguments, watchdog, the document out.
+
+Phases: find the job's processes (see discovery) -> rank identity from environ -> K rounds of
+``py-spy dump --json`` (ranks in parallel; the TCP sockets read from netlink during the first
+round) with ``strace -c`` tracing the ranks from the end of the first round on (the later rounds
+read with --nonblocking: a blocking py-spy and strace cannot trace one process at once) -> GPUs
+and NICs (gathered on the side from the start). Nothing blocks past ``deadline_s``: phases shrink
+or are skipped and say so in "errors", and a SIGALRM just before the deadline emits whatever
+exists.
+"""
+
+import _signal
+import posix as os
+import sys
+import time
+
+from .discovery import (
+    LOCAL_RANK_VARS,
+    WORLD_SIZE_VARS,
+    _as_int,
+    _first,
+    _is_python,
+    _launcher,
+    classify,
+    discover,
+    sibling_stepd_descendants,
+    stepd_descendants,
+)
+from .flight import fr_collect, fr_request
+from .framing import COLLECTOR_VERSION, FORMAT, Emitter, _write_line, loads
+from .gpus import collect_gpus
+from .nics import collect_nics
+from .options import ArgsError, read_options
+from .procfs import _read, allowed_env, read_stat
+from .sockets import connection_list, tcp_sockets
+from .stacks import _in_dataloader_loop, adopt_spawned_ranks, dump_stack
+from .strace import _untraced_stat, finish_strace, start_strace
+from .tools import (
+    FINISH_RESERVE_S,
+    Clock,
+    Task,
+    _end_live_tools,
+    _environ,
+    _kill_live_tools,
+    find_tool,
+    pump_until,
+    run_tasks,
+    tool_run,
+)
+
+# The watchdog (SIGALRM) fires this long before the deadline if the document is not out yet.
+WATCHDOG_MARGIN_S = 0.15
+# The deadline of a collector whose arguments are unusable: it only reports them.
+ARGS_ERROR_BUDGET_S = 5.0
+
+
+def _enter_phase(status, phase):
+    """Record how long the previous phase took (doc["timings"]), then start ``phase``."""
+    now = time.monotonic()
+    timings = status.setdefault("timings", {})
+    if "since" in status:
+        timings[status["phase"]] = round(now - status["since"], 3)
+    status["phase"], status["since"] = phase, now
+
+
+def side_work(nvidia_smi, clock, found):
+    """Task: fills found["gpu"], then found["nics"]; a failure is a message, never lost stacks."""
+    try:
+        found["gpu"] = yield from collect_gpus(nvidia_smi, clock)
+    except Exception as exc:  # noqa: BLE001 - GPUs must not cost the stacks
+        found["gpu"] = {"status": "error", "message": f"collector bug: {exc!r}"}
+    try:
+        found["nics"] = yield from collect_nics(clock)
+    except Exception as exc:  # noqa: BLE001 - nor NICs
+        found["nics"] = {"interfaces": [], "ib_ports": [], "message": f"collector bug: {exc!r}"}
+
+
+class Collection:
+    """What the phases of one collection share, besides the document itself."""
+
+    def __init__(self, options, clock, doc, status):
+        self.options = options
+        self.clock = clock
+        self.doc = doc
+        self.errors = doc["errors"]
+        self.status = status
+        self.procs = {}  # type: dict
+        self.kept = []  # type: list
+        self.entries = []  # type: list
+        self.ranks = []  # type: list
+        self.workers = []  # type: list
+        self.rank_envs = {}  # type: dict
+        # pid -> (monotonic time, CPU ticks, starttime against pid reuse)
+        self.window_start = {}  # type: dict
+        self.fr_requests = {}  # type: dict
+        self.sockets = {}  # type: dict
+        self.tracing = None  # (ranks traced, their strace tasks, the window's message) once started
+        self.side = None  # type: Task | None
+        self.side_found = {}  # type: dict
+        self.page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def collect(options, clock, doc, status):
+    """Fill ``doc`` in place (so that the watchdog can emit a partial one), phase by phase."""
+    run = Collection(options, clock, doc, status)
+    find_tools(run)
+    _enter_phase(status, "discovery")
+    discover_processes(run)
+    describe_processes(run)
+    request_flight_recorder(run)
+    _enter_phase(status, "py-spy sampling")
+    sample_stacks(run)
+    _enter_phase(status, "process state")
+    read_process_state(run)
+    _enter_phase(status, "strace")
+    if run.tracing is not None:
+        finish_strace(*run.tracing)
+    if options["flight_recorder"] and run.ranks:
+        _enter_phase(status, "flight recorder")
+        fr_collect(run.fr_requests, {e["pid"]: e for e in run.ranks}, run.rank_envs, clock,
+                   options["fr_wait_s"])
+    _enter_phase(status, "gpu and nic collection")
+    finish_side_work(run)
+    _enter_phase(status, "sockets")
+    attach_connections(run)
+    _enter_phase(status, "done")
+    doc["timings"] = status["timings"]
+
+
+def find_tools(run):
+    tools = run.doc["tools"]
+    tools["py-spy"] = find_tool("py-spy", run.options["pyspy"])
+    tools["strace"] = find_tool("strace", run.options["strace"])
+    tools["nvidia-smi"] = find_tool("nvidia-smi", run.options["nvidia_smi"])
+
+
+def discover_processes(run):
+    """The job's processes on this node (run.procs, classified), and the side task started."""
+    options, clock, doc = run.options, run.clock, run.doc
+    job_id, node = options["job_id"], doc["node"]
+    listing = None
+    own_step = None
+    own_env = _environ()
+    if (own_env.get("SLURM_JOB_ID") or own_env.get("SLURM_JOBID")) == job_id:
+        own_step = own_env.get("SLURM_STEP_ID") or own_env.get("SLURM_STEPID")
+    walked = None
+    how = options["discovery"]
+    if how == "auto":
+        walked = sibling_stepd_descendants(job_id, node, own_step)
+    if how in ("auto", "walk") and walked is None:
+        walked = stepd_descendants(job_id, node, own_step)
+    scontrol = find_tool("scontrol", []) if walked is None else None
+    if scontrol:
+        # No slurmstepd of the job visible here (another PID namespace, hidepid): ask Slurm.
+        listing = Task(tool_run([scontrol, "listpids", job_id, node], min(5.0, clock.left())))
+    # GPUs and NICs need no ptrace: a task gathers them on the side while scontrol runs and the
+    # stacks are sampled.
+    run.side = Task(side_work(doc["tools"]["nvidia-smi"], clock, run.side_found))
+    if listing is not None:
+        pump_until(lambda: listing.done)
+        if isinstance(listing.result, Exception):
+            raise listing.result
+    exclude = set(options["exclude_pids"])
+    procs, method = discover(job_id, node, listing and listing.result, exclude, run.errors, walked)
+    classify(procs)
+    doc["discovery"] = method
+    run.procs = procs
+
+
+ROLE_ORDER = {"rank": 0, "dataloader_worker": 1, "child": 1, "agent": 2}
+
+
+def describe_processes(run):
+    """One entry per kept process (doc["processes"]): identity, state, the CPU window's start."""
+    procs, page_kb = run.procs, run.page_kb
+    kept = [p for p in procs.values() if p["role"] is not None]
+    kept.sort(
+        key=lambda p: (
+            ROLE_ORDER[p["role"]],
+            _as_int(p["global_rank"]) is None,
+            _as_int(p["global_rank"]) or 0,
+            p["pid"],
+        )
+    )
+    entries = []
+    unsampled = set()
+    for info in kept:
+        env = info["env"]
+        source = procs[info["rank_pid"]] if info["rank_pid"] else info
+        role = info["role"]
+        identity = role != "agent"  # an agent's SLURM_PROCID numbers nodes, not ranks
+        entry = {
+            "pid": info["pid"],
+            "ppid": info["stat"]["ppid"],
+            "role": role,
+            "rank_pid": info["rank_pid"],
+            "rank": _as_int(source["global_rank"]) if identity else None,
+            "local_rank": _as_int(_first(source["env"], LOCAL_RANK_VARS)) if identity else None,
+            "world_size": _as_int(_first(source["env"], WORLD_SIZE_VARS)) if identity else None,
+            "launcher": info.get("agent_kind") if role == "agent" else _launcher(source, procs),
+            "step_id": info["step_id"],
+            "cmdline": info["cmdline"],
+            "comm": info["stat"]["comm"],
+            "state": info["stat"]["state"],
+            "wchan": None,
+            "num_threads": info["stat"]["num_threads"],
+            "rss_kb": info["stat"]["rss_pages"] * page_kb,
+            "cpu_percent": None,
+            "cpu_window_s": None,
+            "env": allowed_env(env),
+            "samples": [],
+            "strace": None,
+            "connections": [],
+            "errors": [],
+        }
+        run.window_start[info["pid"]] = (
+            time.monotonic(),
+            info["stat"]["ticks"],
+            info["stat"]["starttime"],
+        )
+        entries.append(entry)
+        if role != "rank" and not _is_python(info):
+            unsampled.add(info["pid"])
+            entry["errors"].append("not a Python process: no stack samples")
+    run.doc["processes"] = run.entries = entries
+    run.kept = kept
+    run.ranks = [e for e in entries if e["role"] == "rank"]
+    run.workers = [
+        e
+        for e in entries
+        if e["role"] in ("dataloader_worker", "child") and e["pid"] not in unsampled
+    ]
+    if not run.ranks:
+        run.errors.append(f"no rank processes of job {run.options['job_id']} found on {run.doc['node']}")
+        # A launcher with no ranks yet (torchrun waiting in its rendezvous) is worth one stack.
+        run.workers += [e for e in entries if e["role"] == "agent" and e["pid"] not in unsampled]
+    run.rank_envs = {info["pid"]: info["env"] for info in kept if info["role"] == "rank"}
+
+
+def request_flight_recorder(run):
+    """Flight Recorder: ask hooked ranks first, so they dump while the stacks are sampled."""
+    if not run.options["flight_recorder"]:
+        return
+    for entry in run.ranks:
+        if entry["pid"] not in run.fr_requests:
+            run.fr_requests[entry["pid"]] = fr_request(entry["pid"], run.rank_envs[entry["pid"]])
+
+
+def read_sockets(run):
+    """The TCP sockets of every process: mp.spawn's children become ranks only after round one."""
+    try:
+        run.sockets["by_pid"], run.doc["sockets_read_with"] = tcp_sockets(
+            [e["pid"] for e in run.entries])
+    except Exception as exc:  # noqa: BLE001 - sockets must not cost the stacks
+        run.sockets["by_pid"] = {}
+        run.errors.append(f"sockets not read: collector bug: {exc!r}")
+
+
+def sample_stacks(run):
+    """Stack samples: K rounds ``interval`` apart; workers only in the first round.
+
+    The ranks' TCP sockets are read while the first round's dumps run. strace and a blocking
+    py-spy cannot trace one process at once: strace traces the ranks from the end of the first
+    round on, and the later rounds read them with --nonblocking meanwhile (bench/README.md
+    measures the choices: "strace_overlap" "first" (default), "start" (strace from the start,
+    every round nonblocking), "off" (strace after sampling)); with --native every round needs
+    the suspend, so strace comes after them.
+    """
+    options, clock, errors = run.options, run.clock, run.errors
+    samples, strace_s, native = options["samples"], options["strace_s"], options["native"]
+    pyspy, strace = run.doc["tools"]["py-spy"], run.doc["tools"]["strace"]
+    overlap = options["strace_overlap"] if strace_s > 0 and not native else "off"
+    if not pyspy and samples and run.ranks:
+        errors.append("py-spy not found: no stacks (install py-spy or pass its path)")
+    elif run.ranks or run.workers:
+        first_round_at = time.monotonic()
+        round_cost = 0.3
+        done = 0
+        for k in range(samples):
+            due = first_round_at + k * options["interval"]
+            if due + round_cost > clock.deadline - FINISH_RESERVE_S:
+                errors.append(
+                    f"skipped samples {k + 1}-{samples} of {samples}: they would end after "
+                    f"deadline_s {clock.deadline - clock.t0:.1f}"
+                )
+                break
+            pump_until(lambda: False, due)  # the side task's and strace's tools run meanwhile
+            if k == 0 and overlap == "start" and run.ranks:
+                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
+            began = time.monotonic()
+            sample_round(run, first=k == 0)
+            round_cost = max(round_cost * 0.5, time.monotonic() - began)
+            done += 1
+            if k == 0 and run.workers and adopt_spawned_ranks(
+                run.entries, pyspy, clock, options["concurrency"]
+            ):
+                # mp.spawn: the "rank" was the launching script, its "workers" the ranks
+                run.ranks = [e for e in run.entries if e["role"] == "rank"]
+                run.rank_envs = {e["pid"]: run.procs[e["pid"]]["env"] for e in run.ranks}
+                request_flight_recorder(run)
+            if k == 0 and overlap == "first" and run.ranks and run.tracing is None:
+                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
+        ranks = run.ranks
+        if done and ranks and all(s["threads"] is None for e in ranks for s in e["samples"]):
+            errors.append("py-spy produced no stack for any rank")
+    if "by_pid" not in run.sockets:
+        read_sockets(run)
+    if run.tracing is None and strace_s > 0 and run.ranks:
+        run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
+
+
+def sample_round(run, first):
+    """One round of ``py-spy dump``: the ranks (and in the first round the workers) in parallel."""
+    targets = run.ranks + (run.workers if first else [])
+    traced = set()
+    if run.tracing and run.tracing[1]:
+        traced = {e["pid"] for e, t in zip(run.tracing[0], run.tracing[1]) if not t.done}
+    pyspy, native, clock = run.doc["tools"]["py-spy"], run.options["native"], run.clock
+    results = run_tasks(
+        (dump_stack(pyspy, e["pid"], native, clock, e["pid"] in traced) for e in targets),
+        run.options["concurrency"],
+        (lambda: read_sockets(run)) if first else None,
+    )
+    for entry, result in zip(targets, results):
+        if isinstance(result, Exception):
+            result = {
+                "t": round(time.time() - clock.started, 3),
+                "threads": None,
+                "error": f"collector bug: {result!r}",
+            }
+        entry["samples"].append(result)
+        if entry["role"] == "child" and _in_dataloader_loop(result["threads"]):
+            entry["role"] = "dataloader_worker"  # a fork: same cmdline as its rank
+
+
+def read_process_state(run):
+    """Process state and CPU over the sampling window."""
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    for entry in run.entries:
+        pid = entry["pid"]
+        stat = _untraced_stat(pid) if run.tracing is not None else read_stat(pid)
+        begun, ticks, starttime = run.window_start[pid]
+        if stat is None or stat["starttime"] != starttime:
+            entry["errors"].append("process exited during collection")
+            continue
+        window = time.monotonic() - begun
+        entry["state"] = stat["state"]
+        entry["num_threads"] = stat["num_threads"]
+        entry["rss_kb"] = stat["rss_pages"] * run.page_kb
+        entry["cpu_window_s"] = round(window, 3)
+        if window > 0.05:
+            entry["cpu_percent"] = round((stat["ticks"] - ticks) / tick / window * 100.0, 1)
+        wchan = _read(f"/proc/{pid}/wchan", one_show=True)
+        entry["wchan"] = wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
+
+
+def finish_side_work(run):
+    """GPUs and NICs from the side task, or what says they were not collected."""
+    side = run.side
+    pump_until(lambda: side is None or side.done, run.clock.deadline - FINISH_RESERVE_S)
+    if side is None or not side.done:
+        run.errors.append("GPU/NIC collection did not finish before the deadline")
+    run.doc["gpu"] = run.side_found.get("gpu") or {
+        "status": "error",
+        "message": "nvidia-smi did not finish before the deadline",
+        "query_gpu": None,
+        "compute_apps": None,
+        "qx": None,
+        "xid_lines": [],
+    }
+    run.doc["nics"] = run.side_found.get("nics") or {
+        "interfaces": [],
+        "ib_ports": [],
+        "message": "not collected before the deadline",
+    }
+
+
+def attach_connections(run):
+    """Each rank's and agent's TCP connections, named by the interface of their local address."""
+    addr_to_if = {}  # type: dict
+    for item in run.doc["nics"].get("interfaces") or ():
+        for cidr in item.get("addresses") or ():
+            addr_to_if.setdefault(cidr.split("/")[0], item["name"])
+    by_pid = run.sockets["by_pid"]
+    for entry in run.entries:
+        if entry["role"] in ("rank", "agent") and entry["pid"] in by_pid:
+            found = by_pid[entry["pid"]]
+            if found is None:
+                entry["errors"].append("cannot read /proc/{}/fd".format(entry["pid"]))
+            else:
+                entry["connections"] = connection_list(found, addr_to_if)
+
+
+def main(argv):
+    clock = Clock(ARGS_ERROR_BUDGET_S)
+    pid = os.getpid()
+    args, options, problem = None, None, None
+    try:
+        args = loads(argv[1]) if len(argv) > 1 else None
+        options = read_options(args)
+    except ArgsError as exc:
+        problem = str(exc)
+    except ValueError as exc:
+        problem = f"arguments are not JSON: {exc}"
+    if options is not None:
+        clock.deadline = clock.t0 + options["deadline_s"]
+    # The node's name even from unusable arguments: the controller files the document under it.
+    named = args.get("node") if isinstance(args, dict) else None
+    node = str(
+        (named if isinstance(named, str) else None)
+        or _environ().get("SLURMD_NODENAME")
+        or os.uname().nodename.split(".")[0]
+    )
+    node = "_".join(node.split()) or "unknown"
+    _write_line(f"@SDG1-HELLO {node} {pid}\n")
+
+    doc = {  # type: dict
+        "format": FORMAT,
+        "node": node,
+        "hostname": os.uname().nodename,
+        "python": "{}.{}.{}".format(*sys.version_info[:3]),
+        # Yama's ptrace policy decides whether py-spy and strace may attach at all.
+        "ptrace_scope": (_read("/proc/sys/kernel/yama/ptrace_scope") or "").strip() or None,
+        "collector_version": COLLECTOR_VERSION,
+        "started": clock.started,
+        "duration_s": None,
+        "cpu_s": None,
+        "discovery": None,
+        "tools": {"py-spy": None, "strace": None, "nvidia-smi": None},
+        "errors": [problem] if problem else [],
+        "processes": [],
+        "gpu": None,
+        "nics": None,
+    }
+    emitter = Emitter(node)
+    status = {"phase": "start", "since": time.monotonic()}
+
+    def emit_partial(reason):
+        """Signal handler work: end the tools, write what exists, exit."""
+        if not emitter.claim():
+            if emitter.done:
+                os._exit(0)
+            return  # the main code is writing the document right now: let it finish
+        doc["errors"].append("{} during {}; document is partial".format(reason, status["phase"]))
+        doc["duration_s"] = round(clock.elapsed(), 3)
+        _kill_live_tools()
+        emitter.write(doc)
+        os._exit(0)
+
+    _signal.signal(_signal.SIGALRM, lambda signum, frame: emit_partial("deadline reached"))
+    for sig in (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR1):
+        _signal.signal(sig, lambda signum, frame: emit_partial(f"signal {signum} received"))
+    # The watchdog: SIGALRM shortly before the deadline if the document is not out by then.
+    margin = clock.deadline - WATCHDOG_MARGIN_S - time.monotonic()
+    _signal.setitimer(_signal.ITIMER_REAL, max(margin, 0.001))
+    # A signal handler only runs when the main thread returns to Python: a read of
+    # /proc/PID/environ of a process stuck in the kernel (dead NFS mount, "ps hangs") or a
+    # stuck NIC driver can hold it past the deadline. A backup thread (builtin _thread: no
+    # import cost) writes the partial document then.
+    import _thread
+
+    def backup_watchdog():
+        time.sleep(max(margin, 0.001) + WATCHDOG_MARGIN_S / 2)
+        emit_partial("deadline reached (collector blocked in the kernel)")
+
+    _thread.start_new_thread(backup_watchdog, ())
+
+    try:
+        if options is not None:
+            collect(options, clock, doc, status)
+    except Exception as exc:  # noqa: BLE001 - the document is the only way out: report, never crash
+        import traceback
+
+        doc["errors"].append(
+            "collector failed in {}: {}".format(
+                status["phase"], "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            )
+        )
+    _end_live_tools(0.2)  # normally none; a late nvidia-smi, or one left by a failure
+    doc["duration_s"] = round(clock.elapsed(), 3)
+    # Since this process started (exec and interpreter start-up included); not the tools'.
+    doc["cpu_s"] = round(time.process_time(), 4)
+    if emitter.claim():
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        emitter.write(doc)
+    return 0

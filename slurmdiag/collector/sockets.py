@@ -1,0 +1,232 @@
+"""The TCP sockets of the job's processes: sock_diag (netlink), else /proc/PID/net/tcp."""
+
+import posix as os
+import sys
+
+from .netlink import _dump_request, _int, _netlink_messages, _u
+from .procfs import _read
+
+TCP_STATES = {
+    "01": "ESTABLISHED",
+    "02": "SYN_SENT",
+    "03": "SYN_RECV",
+    "04": "FIN_WAIT1",
+    "05": "FIN_WAIT2",
+    "06": "TIME_WAIT",
+    "07": "CLOSE",
+    "08": "CLOSE_WAIT",
+    "09": "LAST_ACK",
+    "0A": "LISTEN",
+    "0B": "CLOSING",
+    "0C": "NEW_SYN_RECV",
+}
+MAX_CONNECTIONS = 300
+
+
+def _ipv6_text(raw16):
+    """Compressed text form of a 16-byte IPv6 address (v4-mapped ones as plain IPv4)."""
+    if raw16[:12] == b"\0" * 10 + b"\xff\xff":
+        return ".".join(str(b) for b in raw16[12:])
+    groups = [int.from_bytes(raw16[i : i + 2], "big") for i in range(0, 16, 2)]
+    best, best_len, run_start, run_len = -1, 0, -1, 0
+    for i, group in enumerate(groups + [1]):
+        if group == 0:
+            if run_len == 0:
+                run_start = i
+            run_len += 1
+        else:
+            if run_len > best_len and run_len >= 2:
+                best, best_len = run_start, run_len
+            run_len = 0
+    parts = [f"{g:x}" for g in groups]
+    if best < 0:
+        return ":".join(parts)
+    return ":".join(parts[:best]) + "::" + ":".join(parts[best + best_len :])
+
+
+def _kernel_addr(hexaddr):
+    """An address from /proc/net/tcp{,6}: 32-bit words in host byte order, printed as hex."""
+    raw = bytes.fromhex(hexaddr)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(raw) == 4:
+        return ".".join(str(b) for b in raw)
+    return _ipv6_text(raw)
+
+
+def parse_proc_net_tcp(text, wanted=None):
+    """{inode: (local_ip, local_port, remote_ip, remote_port, state, tx_queue, rx_queue)}.
+
+    With ``wanted`` (a set of inode strings) only those sockets are decoded.
+    """
+    table = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10 or (wanted is not None and parts[9] not in wanted):
+            continue
+        try:
+            lip, lport = parts[1].split(":")
+            rip, rport = parts[2].split(":")
+            txq, rxq = parts[4].split(":")
+            table[parts[9]] = (
+                _kernel_addr(lip),
+                int(lport, 16),
+                _kernel_addr(rip),
+                int(rport, 16),
+                TCP_STATES.get(parts[3].upper(), parts[3]),
+                int(txq, 16),
+                int(rxq, 16),
+            )
+        except ValueError:
+            continue
+    return table
+
+
+def _endpoint(ip, port):
+    return ("[%s]:%d" if ":" in ip else "%s:%d") % (ip, port)
+
+
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, IPPROTO_TCP = 4, 20, 6
+# TCP states whose sockets can be a process's open file: all but TIME_WAIT (6) and NEW_SYN_RECV
+# (12), which the kernel keeps without an inode and which are the bulk of a busy host's table.
+TCP_STATES_WITH_INODE = sum(1 << state for state in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11))
+# inet_diag_msg: family, state, timer, retrans, inet_diag_sockid (sport, dport big-endian; src,
+# dst 16 bytes each; interface; cookie), expires, rqueue, wqueue, uid, inode
+DIAG_MSG_LEN = 72
+
+
+def socket_inodes(pid):
+    """{inode} (ints) of the sockets ``pid`` holds open; None if its fds cannot be read."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    inodes = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _netns(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def sock_diag_tcp(family, wanted):
+    """{inode: (local_ip, local_port, remote_ip, remote_port, state, tx_queue, rx_queue)} of the
+    TCP sockets of ``family`` (AF_INET or AF_INET6) in our own network namespace whose inode is
+    in ``wanted``, from one NETLINK_SOCK_DIAG dump (what ``ss`` reads), filtered by state in the
+    kernel and by inode here: no text table is written or parsed. OSError if the kernel refuses.
+
+    The queues mean what /proc/net/tcp's do: for a listening socket rx is the accept queue.
+    """
+    import _socket
+    import _struct
+
+    word = _struct.Struct("=I")
+    found = {}
+    sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+    try:
+        # inet_diag_req_v2: family, protocol, no extensions, pad, states, a zero (any) sockid
+        body = bytes([family, IPPROTO_TCP, 0, 0]) + _u(TCP_STATES_WITH_INODE, 4) + bytes(48)
+        sock.send(_dump_request(SOCK_DIAG_BY_FAMILY, body))
+        for kind, data, offset, length in _netlink_messages(sock, "sock_diag"):
+            if (kind == SOCK_DIAG_BY_FAMILY and length >= 16 + DIAG_MSG_LEN
+                    and word.unpack_from(data, offset + 84)[0] in wanted):
+                msg = data[offset + 16 : offset + 16 + DIAG_MSG_LEN]
+                found[_int(msg[68:72])] = _diag_socket(msg, family == _socket.AF_INET)
+        return found
+    finally:
+        sock.close()
+
+
+def _diag_socket(msg, ipv4):
+    size = 4 if ipv4 else 16
+    local, remote = msg[8 : 8 + size], msg[24 : 24 + size]
+    return (
+        ".".join(str(b) for b in local) if ipv4 else _ipv6_text(local),
+        int.from_bytes(msg[4:6], "big"),
+        ".".join(str(b) for b in remote) if ipv4 else _ipv6_text(remote),
+        int.from_bytes(msg[6:8], "big"),
+        TCP_STATES.get(f"{msg[1]:02X}", str(msg[1])),
+        # wqueue is the unsent bytes, but a listener's backlog limit: /proc/net/tcp shows 0
+        0 if msg[1] == 10 else _int(msg[60:64]),
+        _int(msg[56:60]),  # rqueue: unread bytes, a listener's accept queue
+    )
+
+
+def _proc_net_tcp(pid, wanted):
+    """sock_diag_tcp's table from ``pid``'s /proc/PID/net/tcp{,6} text (its namespace's)."""
+    names = {str(inode) for inode in wanted}
+    found = {}  # type: dict
+    for name in ("tcp", "tcp6"):
+        text = _read(f"/proc/{pid}/net/{name}") or ""
+        found.update((int(inode), entry) for inode, entry in parse_proc_net_tcp(text, names).items())
+    return found
+
+
+def tcp_sockets(pids):
+    """({pid: [socket tuple, ...] or None when its fds cannot be read}, how they were read).
+
+    Each process's socket inodes come from /proc/PID/fd. The sockets themselves: in our own
+    network namespace one sock_diag dump per address family for all the processes at once; a
+    process in another namespace (or anywhere, when netlink is refused) from its
+    /proc/PID/net/tcp{,6}, read once per namespace. ``how`` is "netlink", "proc" or both, with
+    netlink's error when it was refused.
+    """
+    import _socket
+
+    inodes = {pid: socket_inodes(pid) for pid in pids}
+    namespaces = {}  # type: dict  # netns -> (a pid in it, wanted inodes)
+    for pid, found in inodes.items():
+        if found:
+            namespaces.setdefault(_netns(pid), (pid, set()))[1].update(found)
+    own, table, how, refused = _netns("self"), {}, [], None
+    for netns, (pid, wanted) in namespaces.items():
+        got = None
+        if netns is not None and netns == own and refused is None:
+            try:
+                got = sock_diag_tcp(_socket.AF_INET, wanted)
+                got.update(sock_diag_tcp(_socket.AF_INET6, wanted))
+                how.append("netlink")
+            except OSError as exc:
+                refused, got = f"netlink refused ({exc})", None
+                how.append(refused)
+        if got is None:
+            got = _proc_net_tcp(pid, wanted)
+            how.append("proc")
+        table.update(got)  # socket inodes are unique on the host, across namespaces
+    out = {}
+    for pid, found in inodes.items():
+        out[pid] = None if found is None else [table[inode] for inode in found if inode in table]
+    return out, ", ".join(dict.fromkeys(how)) or None
+
+
+def connection_list(sockets, addr_to_if):
+    """Documented connections from tcp_sockets' tuples, with the interface each one's local
+    address belongs to; established ones first, at most MAX_CONNECTIONS."""
+    out = []
+    for lip, lport, rip, rport, state, txq, rxq in sockets:
+        if lip.startswith("127.") or lip == "::1":
+            interface = "lo"
+        else:
+            interface = addr_to_if.get(lip)
+        out.append(
+            {
+                "local": _endpoint(lip, lport),
+                "remote": _endpoint(rip, rport),
+                "state": state,
+                "interface": interface,
+                "tx_queue": txq,
+                "rx_queue": rxq,
+            }
+        )
+    out.sort(key=lambda c: (c["state"] != "ESTABLISHED", c["local"], c["remote"]))
+    return out[:MAX_CONNECTIONS]

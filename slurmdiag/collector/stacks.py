@@ -1,0 +1,249 @@
+"""py-spy: stack samples, the identities of mp.spawn's ranks, and per-thread CPU usage."""
+
+import posix as os
+import time
+
+from .discovery import _as_int
+from .framing import loads
+from .procfs import _read, read_stat
+from .tools import FINISH_RESERVE_S, _one_line, run_tasks, tool_run
+
+
+def slim_threads(threads):
+    """py-spy's JSON threads without locals and duplicate names."""
+    out = []
+    for thread in threads:
+        frames = []
+        for frame in thread.get("frames") or ():
+            frames.append(
+                {
+                    "name": frame.get("name"),
+                    "filename": frame.get("filename"),
+                    "line": frame.get("line"),
+                    "module": frame.get("module"),
+                }
+            )
+        out.append(
+            {
+                "thread_id": thread.get("thread_id"),
+                "os_thread_id": thread.get("os_thread_id"),
+                "thread_name": thread.get("thread_name"),
+                "active": thread.get("active"),
+                "owns_gil": thread.get("owns_gil"),
+                "frames": frames,
+            }
+        )
+    return out
+
+
+def _in_dataloader_loop(threads):
+    for thread in threads or ():
+        for frame in thread["frames"]:
+            if frame["name"] == "_worker_loop" and "utils/data" in (frame["filename"] or ""):
+                return True
+    return False
+
+
+def _spawn_wrap_frame(threads):
+    """(frames, index) of torch.multiprocessing's ``_wrap`` in a stack, or None.
+
+    ``torch.multiprocessing.spawn``/``start_processes`` runs each rank as ``_wrap(fn, i, ...)``
+    in a child of the launching script: such a child is a rank, not a worker of its parent.
+    """
+    for thread in threads or ():
+        frames = thread.get("frames") or ()
+        for index, frame in enumerate(frames):
+            if frame.get("name") == "_wrap" and (frame.get("filename") or "").endswith(
+                "torch/multiprocessing/spawn.py"
+            ):
+                return frames, index
+    return None
+
+
+IDENTITY_LOCALS = {
+    "rank": ("rank", "global_rank"),
+    "world_size": ("world_size", "world"),
+}
+
+
+def spawn_identity(threads):
+    """{"local_rank", "rank", "world_size"} read from py-spy --locals of a spawned rank.
+
+    ``i`` of ``_wrap`` is the process index; the rank and world size are what the user's
+    function (the frame ``_wrap`` called) named ``rank``/``global_rank`` and
+    ``world_size``/``world``, when it did; a missing one is None.
+    """
+    found = _spawn_wrap_frame(threads)
+    out = {"local_rank": None, "rank": None, "world_size": None}
+    if found is None:
+        return out
+    frames, index = found
+
+    def local(frame, names):
+        for item in frame.get("locals") or ():
+            if item.get("name") in names:
+                value = _as_int(item.get("repr"))
+                if value is not None:
+                    return value
+        return None
+
+    out["local_rank"] = local(frames[index], ("i",))
+    if index > 0:
+        for key, names in IDENTITY_LOCALS.items():
+            out[key] = local(frames[index - 1], names)
+    return out
+
+
+def identity_dump(pyspy, pid, clock):
+    """Task: one ``py-spy dump --locals`` of ``pid``: its raw threads, or None."""
+    timeout = min(10.0, clock.left() - FINISH_RESERVE_S)
+    if timeout < 0.2:
+        return None
+    argv = [pyspy, "dump", "--json", "--locals", "--pid", str(pid)]
+    rc, out, _err, _note = yield from tool_run(argv, timeout)
+    if rc != 0:
+        return None
+    try:
+        return loads(out)
+    except ValueError:
+        return None
+
+
+def adopt_spawned_ranks(entries, pyspy, clock, concurrency):
+    """Children run by torch.multiprocessing.spawn become ranks, their parent an agent.
+
+    Called after the first round of samples, which shows ``_wrap`` in such a child's stack.
+    Their identity comes from one ``py-spy dump --locals`` each (see spawn_identity). When the
+    user's function names no rank, it is ``parent's rank x nprocs + i``, the usual formula.
+    """
+    spawned = [
+        e
+        for e in entries
+        if e["role"] in ("dataloader_worker", "child")
+        and e["samples"]
+        and _spawn_wrap_frame(e["samples"][0]["threads"]) is not None
+    ]
+    if not spawned:
+        return []
+    by_pid = {e["pid"]: e for e in entries}
+    identities = run_tasks((identity_dump(pyspy, e["pid"], clock) for e in spawned), concurrency)
+    parents = {}  # type: dict
+    for entry, threads in zip(spawned, identities):
+        identity = spawn_identity(threads if isinstance(threads, list) else None)
+        parents.setdefault(entry["rank_pid"], []).append(entry)
+        entry["role"], entry["rank_pid"], entry["launcher"] = "rank", None, "mp.spawn"
+        entry["local_rank"] = identity["local_rank"]
+        entry["rank"], entry["world_size"] = identity["rank"], identity["world_size"]
+    for parent_pid, children in parents.items():
+        nprocs = len(children)
+        parent = by_pid.get(parent_pid) or {}
+        for entry in children:
+            if entry["rank"] is None and entry["local_rank"] is not None:
+                base = parent.get("rank") or 0
+                entry["rank"] = base * nprocs + entry["local_rank"]
+                entry["errors"].append(
+                    f"rank {entry['rank']} inferred as the launching process's rank ({base}) x "
+                    f"{nprocs} processes + index {entry['local_rank']}: the spawned function "
+                    "has no local named rank or global_rank"
+                )
+            if entry["world_size"] is None and parent.get("world_size"):
+                entry["world_size"] = parent["world_size"] * nprocs
+        if parent:
+            parent.update(role="agent", rank=None, local_rank=None, world_size=None,
+                          launcher="mp.spawn", rank_pid=None)
+    # Whatever else hung below a parent (its resource tracker) is its own process now; a
+    # spawned rank's own workers (DataLoader) hang under that rank.
+    ranks = {e["pid"] for e in entries if e["role"] == "rank"}
+    for entry in entries:
+        if entry["role"] in ("dataloader_worker", "child") and entry["rank_pid"] in parents:
+            owner = _nearest(entry["ppid"], by_pid, ranks)
+            entry["rank_pid"] = owner
+            if owner is None:
+                entry["role"] = "child"
+    return spawned
+
+
+def _nearest(pid, by_pid, ranks):
+    seen = set()
+    while pid in by_pid and pid not in seen:
+        if pid in ranks:
+            return pid
+        seen.add(pid)
+        pid = by_pid[pid]["ppid"]
+    return None
+
+
+def read_usage(pid, stat):
+    """CPU seconds of the process and of each of its threads, and its I/O counters, now.
+
+    {"cpu_s": total, "threads": {tid: cpu_s}, "io": [rchar, wchar, read_bytes, write_bytes]}
+    (io null when /proc/PID/io cannot be read). Read at each sample: the analysis measures
+    progress from the differences between samples (utime+stime of /proc/PID/task/TID/stat).
+    """
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    threads = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = []
+    for tid in tids:
+        data = _read(f"/proc/{pid}/task/{tid}/stat", one_show=True)
+        if not data:
+            continue
+        fields = data[data.rfind(")") + 2 :].split()
+        try:
+            threads[tid] = round((int(fields[11]) + int(fields[12])) / tick, 2)
+        except (IndexError, ValueError):
+            continue
+    io = None
+    text = _read(f"/proc/{pid}/io", one_show=True)
+    if text:
+        values = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(":")
+            values[name.strip()] = value.strip()
+        try:
+            io = [int(values[k]) for k in ("rchar", "wchar", "read_bytes", "write_bytes")]
+        except (KeyError, ValueError):
+            io = None
+    return {"cpu_s": round(stat["ticks"] / tick, 2), "threads": threads, "io": io}
+
+
+def dump_stack(pyspy, pid, native, clock, traced=False):
+    """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly).
+    ``traced``: strace is attached to it, so py-spy cannot suspend it: read with --nonblocking."""
+    t = round(time.time() - clock.started, 3)
+    stat = read_stat(pid)
+    if stat is None:
+        return {"t": t, "threads": None, "error": "process exited"}
+    state = stat["state"]
+    if state in ("Z", "X"):
+        return {"t": t, "threads": None, "error": f"process is a zombie (state {state})"}
+    timeout = min(10.0, clock.left())
+    if timeout < 0.2:
+        return {"t": t, "threads": None, "error": "skipped: deadline"}
+    argv = [pyspy, "dump", "--json", "--pid", str(pid)]
+    note = None
+    # A stopped process (T/t) makes the blocking dump fail ("Failed to suspend process"), and one
+    # in D cannot be suspended until its syscall returns; neither runs Python code meanwhile, so
+    # reading without suspending is exact. --native needs the suspend.
+    if state in ("T", "t", "D") or traced:
+        argv.append("--nonblocking")
+        why = "strace attached" if traced else f"process in state {state}"
+        note = f"read with --nonblocking: {why}"
+        if native:
+            note += "; native frames skipped (they need the suspend)"
+    elif native:
+        argv.append("--native")
+    usage = read_usage(pid, stat)
+    rc, out, err, timeout_note = yield from tool_run(argv, timeout)
+    if rc == 0:
+        try:
+            sample = {"t": t, "threads": slim_threads(loads(out)), "error": None, "usage": usage}
+            if note:
+                sample["note"] = note
+            return sample
+        except (ValueError, AttributeError, TypeError) as exc:
+            return {"t": t, "threads": None, "error": f"py-spy output not JSON: {exc}"}
+    error = timeout_note or _one_line(err or out) or f"py-spy exit code {rc}"
+    return {"t": t, "threads": None, "error": "py-spy: " + error}
