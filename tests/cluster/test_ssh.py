@@ -9,6 +9,7 @@ import pytest
 from support.sshd import start_sshd
 
 from slurmdiag.api import collect_snapshot
+from slurmdiag.options import AttachOptions, SshSettings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ssh]
 
@@ -22,9 +23,13 @@ def sshd(tmp_path_factory, local_cluster):
     server.stop()
 
 
-def ssh_options(server, known_hosts: Path, accept_new: bool = False) -> dict:
-    return {"port": server.port, "user": "root", "key_filename": str(server.user_key),
-            "known_hosts": str(known_hosts), "accept_new": accept_new}
+def over_ssh(settings: SshSettings) -> AttachOptions:
+    return AttachOptions(samples=1, strace_s=0, transport="ssh", ssh=settings)
+
+
+def ssh_options(server, known_hosts: Path, accept_new: bool = False) -> SshSettings:
+    return SshSettings(port=server.port, user="root", key_filename=str(server.user_key),
+                       known_hosts=str(known_hosts), accept_new=accept_new)
 
 
 def test_ssh_transport_finds_every_rank(scenario_run, sshd, tmp_path):
@@ -33,8 +38,7 @@ def test_ssh_transport_finds_every_rank(scenario_run, sshd, tmp_path):
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text(sshd.known_hosts_line())
     # WHEN attaching over ssh instead of srun
-    snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0, transport="ssh",
-                                   ssh_options=ssh_options(sshd, known_hosts))
+    snapshot, _ = collect_snapshot(run.job_id, over_ssh(ssh_options(sshd, known_hosts)))
     # THEN every node answered over ssh and every rank is there with its stack
     assert snapshot.transport == "ssh"
     assert all(n.status == "ok" for n in snapshot.nodes), [(n.name, n.message) for n in snapshot.nodes]
@@ -48,8 +52,7 @@ def test_unknown_host_key_is_refused(scenario_run, sshd, tmp_path):
     run = scenario_run("rank_gated_collective")
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text("")
-    snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0, transport="ssh",
-                                   ssh_options=ssh_options(sshd, known_hosts))
+    snapshot, _ = collect_snapshot(run.job_id, over_ssh(ssh_options(sshd, known_hosts)))
     # THEN no node is contacted: each is unreachable with the reason and the hint
     for node in snapshot.nodes:
         assert node.status == "unreachable"
@@ -64,8 +67,8 @@ def test_changed_host_key_is_refused_even_with_accept_new(scenario_run, sshd, tm
     os.system(f"ssh-keygen -q -t ed25519 -N '' -f {other}")
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{sshd.port} " + " ".join((tmp_path / "other.pub").read_text().split()[:2]) + "\n")
-    snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0, transport="ssh",
-                                   ssh_options=ssh_options(sshd, known_hosts, accept_new=True))
+    accepting = ssh_options(sshd, known_hosts, accept_new=True)
+    snapshot, _ = collect_snapshot(run.job_id, over_ssh(accepting))
     # THEN the nodes are refused as a possible man in the middle
     for node in snapshot.nodes:
         assert node.status == "unreachable" and "CHANGED" in node.message
@@ -76,8 +79,8 @@ def test_accept_new_remembers_the_key(scenario_run, sshd, tmp_path):
     run = scenario_run("rank_gated_collective")
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text("")
-    snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0, transport="ssh",
-                                   ssh_options=ssh_options(sshd, known_hosts, accept_new=True))
+    accepting = ssh_options(sshd, known_hosts, accept_new=True)
+    snapshot, _ = collect_snapshot(run.job_id, over_ssh(accepting))
     # THEN the nodes answer and the key is written once, like ssh's accept-new
     assert all(n.status == "ok" for n in snapshot.nodes)
     lines = [ln for ln in known_hosts.read_text().splitlines() if ln.strip()]
