@@ -3,8 +3,8 @@
 Used when Slurm will not add a step to the job (old Slurm without --overlap, a site policy, a
 step stuck behind "Requested nodes are busy"). Host keys are checked against known_hosts; an
 unknown host is refused unless the user asked to accept new keys (``SshSettings.accept_new``).
-Ctrl-C sends each running collector SIGUSR1 through its channel (the SSH "signal" request,
-RFC 4254 6.9, which OpenSSH honours since 7.9): it sends what it has, as through srun.
+Ctrl-C sends each running collector SIGUSR1 (see signal_collector): it sends what it has, as
+through srun, and the snapshot keeps it.
 """
 
 from __future__ import annotations
@@ -70,6 +70,22 @@ def send_signal(channel: Any, name: str) -> None:
     channel.transport._send_user_message(message)
 
 
+def signal_collector(client: Any, channel: Any, node: str, output: bytes | bytearray) -> None:
+    """SIGUSR1 to the node's collector: ``kill`` of the pid its hello frame gave, through a
+    second channel of the same connection; else the channel's own signal request, which OpenSSH
+    refuses for root logins (no privilege separation after a root login)."""
+    pid = decode_frames(output.decode(errors="replace")).hello.get(node)
+    if pid is None:
+        send_signal(channel, "USR1")
+        return
+    killer = client.get_transport().open_session()
+    try:
+        killer.exec_command(f"kill -USR1 {int(pid)}")
+        killer.recv_exit_status()
+    finally:
+        killer.close()
+
+
 def _run_on_node(
     client_factory: Callable[[], Any],
     host: str,
@@ -117,7 +133,7 @@ def _run_on_node(
                 signalled = True
                 deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE_S)
                 try:
-                    send_signal(channel, "USR1")
+                    signal_collector(client, channel, node, out)
                 except (OSError, paramiko.SSHException):
                     break
             if channel.recv_ready():
