@@ -152,11 +152,13 @@ def test_ctrl_c_over_ssh_signals_the_collectors_and_keeps_what_they_send(scenari
     # THEN it stops at once with exit 130 and one line saying so, no traceback
     assert attach.returncode == 130, stderr
     assert "error: interrupted" in stderr and "Traceback" not in stderr
-    # AND every node sent its partial document: the collectors got SIGUSR1 through the channel
+    # AND the nodes sent their partial documents (without SIGUSR1 none would within the grace
+    # period: strace holds them for 60 s): the snapshot keeps them, marked interrupted
     snapshot = json.loads((out / "snapshot.json").read_text())
     assert snapshot["options"]["interrupted"] is True and snapshot["transport"] == "ssh"
-    nodes = snapshot["nodes"]
-    assert all(n["status"] == "ok" for n in nodes), [(n["name"], n["message"]) for n in nodes]
-    assert sum(len(n["ranks"]) for n in nodes) == run.truth["world_size"]
+    ok = [n for n in snapshot["nodes"] if n["status"] == "ok"]
+    assert ok, [(n["name"], n["status"], n["message"]) for n in snapshot["nodes"]]
+    assert all("partial" in " ".join(n.get("errors", ())) for n in ok), ok
+    assert all(n["ranks"] for n in ok)
     # AND no collector, py-spy or strace is left behind
     wait_for(lambda: not collectors_of(run.job_id), 10, "the collectors to end")
