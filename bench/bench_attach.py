@@ -244,8 +244,11 @@ class Procedures:
 
     def attach_api(self, node_cache=None):
         from slurmdiag.api import collect_snapshot
+        from slurmdiag.options import AttachOptions
 
-        snapshot, _ = collect_snapshot(self.job, samples=1, strace_s=0, node_cache=node_cache)
+        options = AttachOptions(samples=1, strace_s=0, node_cache=(
+            AttachOptions.node_cache if node_cache is None else node_cache))
+        snapshot, _ = collect_snapshot(self.job, options)
         if node_cache is None:
             self.collector_cpu.extend(n.collector_cpu_s for n in snapshot.nodes if n.collector_cpu_s)
         found = [r for _, r in snapshot.all_ranks() if r.samples and r.samples[0].threads]

@@ -7,19 +7,15 @@ import dataclasses
 import datetime as _dt
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurmdiag._version import __version__
-from slurmdiag.errors import OutputFailed, UsageError
+from slurmdiag.errors import OutputFailed
+from slurmdiag.options import DEFAULTS, AttachOptions, SshSettings
 from slurmdiag.slurm.discover import check_caller_may_attach, discover_job, job_ref_from_user
-from slurmdiag.transport.collect import (
-    DEFAULT_NODE_CACHE,
-    CollectOptions,
-    FanoutResult,
-    fan_out_srun,
-)
+from slurmdiag.transport.base import Progress, Transport, transport_for
 from slurmdiag.transport.run import run_command
 
 if TYPE_CHECKING:
@@ -29,7 +25,6 @@ if TYPE_CHECKING:
 # What the snapshot, the analysis and the report need is imported after the fan-out (or, from
 # attach_job, while it runs: see _load_the_rest): ~0.1 s of a fresh process's imports.
 
-TRANSPORTS = ("srun", "ssh")
 # How long the end of an attach waits for the loading started during the fan-out.
 MEANWHILE_JOIN_S = 30.0
 
@@ -45,86 +40,43 @@ class AttachResult:
     write_error: OutputFailed | None = None  # the files could not be written (see its ``kept``)
 
 
-def _fan_out(
-    job_id: str,
-    nodes: tuple[str, ...],
-    options: CollectOptions,
-    transport: str,
-    ssh_options: dict | None,
-    progress: Callable[[int, int], None] | None,
-    het_group: tuple[str, int] | None = None,
-) -> FanoutResult:
-    if transport == "srun":
-        return fan_out_srun(job_id, nodes, options, progress=progress, het_group=het_group)
-    if transport == "ssh":
-        from slurmdiag.transport.ssh import fan_out_ssh
-
-        return fan_out_ssh(job_id, nodes, options, progress=progress, **(ssh_options or {}))
-    raise UsageError(f"unknown transport {transport!r}", hint=f"use one of: {', '.join(TRANSPORTS)}")
-
-
 def collect_snapshot(
     job_id: str,
+    options: AttachOptions = DEFAULTS,
     *,
-    samples: int = 3,
-    interval: float = 1.0,
-    strace_s: float = 2.0,
-    timeout_s: float = 30.0,
-    native: bool = False,
-    transport: str = "srun",
-    node_python: str | None = None,
-    node_cache: str | None = None,
-    pyspy_path: str | None = None,
-    nvidia_smi_path: str | None = None,
-    flight_recorder: bool = False,
-    ssh_options: dict | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    transport: Transport | None = None,
+    progress: Progress | None = None,
     meanwhile: Callable[[], object] | None = None,
     on_phase: Callable[[str, int | None], None] | None = None,
 ) -> tuple[Snapshot, list[str]]:
     """Discover the job, fan the collector out, and assemble the snapshot (no analysis yet).
 
+    ``transport``: None for the one ``options.transport`` names (see transport_for).
     ``meanwhile`` runs in a thread during the fan-out (the controller mostly waits on srun); an
     exception there is dropped: whatever it prepares is done again, and fails for real, on use.
     ``on_phase(name, nodes expected or None)`` is told what attach is doing (the live line).
     """
     phase = on_phase or (lambda name, expected: None)
-    if samples < 1:
-        raise UsageError("--samples must be at least 1")
-    if interval < 0 or strace_s < 0 or timeout_s <= 0:
-        raise UsageError("--interval and --strace must be >= 0 and --timeout > 0")
     started = _dt.datetime.now(_dt.timezone.utc)
     phase("finding the job", None)
     ref = job_ref_from_user(str(job_id))
     slurm_job = discover_job(ref, run_command)
     check_caller_may_attach(
-        slurm_job, ref, run_command, transport=transport,
-        ssh_user=(ssh_options or {}).get("user"),
-    )
-    options = CollectOptions(
-        samples=samples,
-        interval_s=interval,
-        strace_s=strace_s,
-        native=native,
-        timeout_s=timeout_s,
-        node_python=node_python,
-        node_cache=DEFAULT_NODE_CACHE if node_cache is None else node_cache,
-        pyspy_paths=(pyspy_path,) if pyspy_path else (),
-        nvidia_smi_paths=(nvidia_smi_path,) if nvidia_smi_path else (),
-        flight_recorder=flight_recorder,
+        slurm_job, ref, run_command, transport=options.transport, ssh_user=options.ssh.user,
     )
     het_group = None
     if slurm_job.het_job_id and slurm_job.het_job_offset is not None:
         het_group = (slurm_job.het_job_id, slurm_job.het_job_offset)
+    fan_out = transport or transport_for(options)
     helper = None
     if meanwhile is not None:
         helper = threading.Thread(
             target=_quietly, args=(meanwhile,), name="slurmdiag-meanwhile", daemon=True
         )
         helper.start()
-    phase(f"collecting through {transport}", len(slurm_job.nodes))
-    fanout = _fan_out(
-        slurm_job.job_id, slurm_job.nodes, options, transport, ssh_options, progress, het_group
+    phase(f"collecting through {fan_out.name}", len(slurm_job.nodes))
+    fanout = fan_out.collect(
+        slurm_job.job_id, slurm_job.nodes, options, het_group=het_group, progress=progress
     )
     phase("assembling the snapshot", None)
     if helper is not None:
@@ -145,18 +97,13 @@ def collect_snapshot(
         duration_s=round((_dt.datetime.now(_dt.timezone.utc) - started).total_seconds(), 3),
         transport=fanout.transport,
         options={
-            "samples": samples,
-            "interval_s": interval,
-            "strace_s": strace_s,
-            "timeout_s": timeout_s,
-            "native": native,
-            "flight_recorder": flight_recorder,
+            **options.recorded(),
             **({"interrupted": True} if fanout.interrupted else {}),
         },
         log_findings=findings_from_job_logs(job),
         flight_recorder=flight_recorder_section(
             {n: o.document for n, o in fanout.nodes.items() if o.document is not None},
-            requested=flight_recorder,
+            requested=options.flight_recorder,
         ),
     )
     return snapshot, list(fanout.warnings)
@@ -242,20 +189,24 @@ def keep_snapshot_elsewhere(snapshot: Snapshot) -> str | None:
 
 def attach_job(
     job_id: str,
+    options: AttachOptions = DEFAULTS,
     *,
     out_dir: str | Path | None = None,
     write: bool = True,
     report: bool = True,
     file_mode: int = 0o640,
-    **options,
+    transport: Transport | None = None,
+    progress: Progress | None = None,
+    on_phase: Callable[[str, int | None], None] | None = None,
 ) -> AttachResult:
     """The whole attach: collect, analyse, write; used by the CLI and the watchdog."""
     snapshot, warnings = collect_snapshot(
-        str(job_id), meanwhile=lambda: _load_the_rest(write and report), **options
+        str(job_id), options, transport=transport, progress=progress, on_phase=on_phase,
+        meanwhile=lambda: _load_the_rest(write and report),
     )
     from slurmdiag.analysis import analyze
 
-    phase = options.get("on_phase") or (lambda name, expected: None)
+    phase = on_phase or (lambda name, expected: None)
     phase("analysing", None)
     analysis = analyze(snapshot)
     snapshot = dataclasses.replace(snapshot, verdicts=tuple(analysis.verdicts))
@@ -274,17 +225,47 @@ def attach_job(
     )
 
 
-def attach(job_id: str | int, *, out_dir: str | Path | None = None, write: bool = False, **options) -> Snapshot:
+def attach(
+    job_id: str | int,
+    *,
+    out_dir: str | Path | None = None,
+    write: bool = False,
+    report: bool = True,
+    samples: int = DEFAULTS.samples,
+    interval: float = DEFAULTS.interval_s,
+    strace_s: float = DEFAULTS.strace_s,
+    timeout_s: float = DEFAULTS.timeout_s,
+    native: bool = DEFAULTS.native,
+    flight_recorder: bool = DEFAULTS.flight_recorder,
+    transport: str = DEFAULTS.transport,
+    node_python: str | None = DEFAULTS.node_python,
+    node_cache: str = DEFAULTS.node_cache,
+    pyspy_path: str | None = None,
+    nvidia_smi_path: str | None = None,
+    ssh_options: SshSettings | Mapping[str, Any] | None = None,
+) -> Snapshot:
     """Attach to a running job and return its analysed Snapshot.
 
-    Options: samples=3, interval=1.0, strace_s=2.0, timeout_s=30.0, native=False,
-    transport="srun"|"ssh", node_python (default: /usr/bin/python3 if 3.8+, else this
-    interpreter when the node has it, else python3), node_cache ("/dev/shm"; "" = off),
-    pyspy_path, nvidia_smi_path, ssh_options.
-    With ``write=True`` (or an ``out_dir``) snapshot.json and report.html are written too.
+    The keywords are ``AttachOptions``' (whose defaults they show): ``samples`` stack samples
+    per rank, ``interval`` seconds apart; ``strace_s`` (0: off); ``timeout_s`` the global
+    deadline; ``native`` frames; ``flight_recorder``; ``transport`` "srun" or "ssh" (with
+    ``ssh_options``: an ``SshSettings`` or a dict of its fields: user, port, key_filename,
+    known_hosts, accept_new); ``node_python`` (None: /usr/bin/python3 if 3.8+, else this
+    interpreter when the node has it, else python3); ``node_cache`` ("" = off); ``pyspy_path``
+    and ``nvidia_smi_path`` on the nodes.
+    With ``write=True`` (or an ``out_dir``) snapshot.json (and report.html unless
+    ``report=False``) are written too. Bad values raise ``UsageError``.
     """
+    options = AttachOptions(
+        samples=samples, interval_s=interval, strace_s=strace_s, timeout_s=timeout_s,
+        native=native, flight_recorder=flight_recorder, transport=transport,
+        node_python=node_python, node_cache=node_cache,
+        pyspy_paths=(pyspy_path,) if pyspy_path else (),
+        nvidia_smi_paths=(nvidia_smi_path,) if nvidia_smi_path else (),
+        ssh=SshSettings.from_mapping(ssh_options),
+    )
     result = attach_job(
-        str(job_id), out_dir=out_dir, write=write or out_dir is not None, **options
+        str(job_id), options, out_dir=out_dir, write=write or out_dir is not None, report=report
     )
     if result.write_error is not None:
         raise result.write_error

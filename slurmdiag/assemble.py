@@ -36,7 +36,7 @@ from slurmdiag.snapshot import (
     StraceSummary,
     WorkerProcess,
 )
-from slurmdiag.transport.collect import NodeOutcome
+from slurmdiag.transport.base import NodeOutcome
 
 #: The node document's format (the collector's ``FORMAT``; docs/node-document.md). A collector
 #: of another slurmdiag version may write another layout: its fields must not be guessed at.

@@ -28,6 +28,7 @@ from typing import Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError, TransportFailed, UsageError
+from slurmdiag.options import DEFAULTS, TRANSPORTS, AttachOptions, SshSettings
 from slurmdiag.safeio import one_line
 
 
@@ -109,15 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=ATTACH_EPILOG,
     )
     attach.add_argument("job_id", help="job id: 123, 123_4 (array task) or 123+1 (het component)")
-    attach.add_argument("--samples", type=_positive_int, default=3, help="stack samples per rank")
-    attach.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
-                        help="seconds between samples")
+    attach.add_argument("--samples", type=_positive_int, default=DEFAULTS.samples,
+                        help="stack samples per rank")
+    attach.add_argument("--interval", type=_seconds, default=DEFAULTS.interval_s,
+                        metavar="SECONDS", help="seconds between samples")
     attach.add_argument(
-        "--strace", type=_seconds, default=2.0, metavar="SECONDS",
+        "--strace", type=_seconds, default=DEFAULTS.strace_s, metavar="SECONDS",
         help="strace -c window per rank after sampling (0: off)",
     )
     attach.add_argument(
-        "--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        "--timeout", type=_seconds, default=DEFAULTS.timeout_s, metavar="SECONDS",
         help="global deadline in seconds (or 2m)",
     )
     attach.add_argument("--native", action="store_true", help="include native frames (slower)")
@@ -125,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--flight-recorder", action="store_true",
         help="ask ranks hooked with slurmdiag.torch.install() for a Flight Recorder dump",
     )
-    attach.add_argument("--transport", choices=("srun", "ssh"), default="srun",
+    attach.add_argument("--transport", choices=TRANSPORTS, default=DEFAULTS.transport,
                         help="one srun step into the job, or ssh to each node")
     attach.add_argument("--out", metavar="DIR", help="write snapshot.json and report.html here")
     attach.add_argument("--json", action="store_true", help="print the snapshot JSON on stdout")
@@ -135,22 +137,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="permissions of report.html and snapshot.json (octal, default 0640)",
     )
     attach.add_argument(
-        "--node-python", default=None,
+        "--node-python", default=DEFAULTS.node_python,
         help="python on the nodes (default: /usr/bin/python3 if 3.8+, else this interpreter if the "
         "node has it, else python3)",
     )
     attach.add_argument(
-        "--node-cache", default=None, metavar="DIR",
+        "--node-cache", default=DEFAULTS.node_cache, metavar="DIR",
         help="node-local directory under which each node keeps the compiled collector in a "
-        "private slurmdiag-UID directory (default /dev/shm; '' = compile every time)",
+        "private slurmdiag-UID directory ('' = compile every time)",
     )
     attach.add_argument("--py-spy", dest="pyspy_path", metavar="PATH",
                         help="py-spy path on the nodes")
     attach.add_argument("--nvidia-smi", dest="nvidia_smi_path", metavar="PATH",
                         help="nvidia-smi path on the nodes")
     ssh = attach.add_argument_group("ssh transport")
-    ssh.add_argument("--ssh-user", help="user name (default: current user)")
-    ssh.add_argument("--ssh-port", type=int, default=22, help="ssh port of the nodes")
+    ssh.add_argument("--ssh-user", default=DEFAULTS.ssh.user,
+                     help="user name (default: current user)")
+    ssh.add_argument("--ssh-port", type=int, default=DEFAULTS.ssh.port,
+                     help="ssh port of the nodes")
     ssh.add_argument("--ssh-key", help="private key file (default: agent and ~/.ssh keys)")
     ssh.add_argument("--ssh-known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts)")
     ssh.add_argument(
@@ -217,50 +221,51 @@ def _live_progress(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return LiveProgress(sys.stderr, args.timeout)
 
 
+def attach_options(args: argparse.Namespace) -> AttachOptions:
+    """The attach flags as the one options object (bad values: UsageError)."""
+    return AttachOptions(
+        samples=args.samples,
+        interval_s=args.interval,
+        strace_s=args.strace,
+        timeout_s=args.timeout,
+        native=args.native,
+        flight_recorder=args.flight_recorder,
+        pyspy_paths=(args.pyspy_path,) if args.pyspy_path else (),
+        nvidia_smi_paths=(args.nvidia_smi_path,) if args.nvidia_smi_path else (),
+        node_python=args.node_python,
+        node_cache=args.node_cache,
+        transport=args.transport,
+        ssh=SshSettings(
+            user=args.ssh_user,
+            port=args.ssh_port,
+            key_filename=args.ssh_key,
+            known_hosts=args.ssh_known_hosts,
+            accept_new=args.ssh_accept_new,
+        ),
+    )
+
+
 def _run_attach(args: argparse.Namespace) -> int:
-    ssh_options = None
-    if args.transport == "ssh":
-        ssh_options = {
-            "user": args.ssh_user,
-            "port": args.ssh_port,
-            "key_filename": args.ssh_key,
-            "known_hosts": args.ssh_known_hosts,
-            "accept_new": args.ssh_accept_new,
-        }
+    options = attach_options(args)
     live = _live_progress(args)
     if live is not None:
         live.start()
     try:
-        result = _attach_with(args, ssh_options, live)
+        from slurmdiag.api import attach_job
+
+        result = attach_job(
+            args.job_id,
+            options,
+            out_dir=args.out,
+            report=not args.no_report,
+            file_mode=args.file_mode,
+            progress=live.nodes if live is not None else None,
+            on_phase=live.phase if live is not None else None,
+        )
     finally:
         if live is not None:
             live.close()
     return _show_attach(args, result)
-
-
-def _attach_with(args: argparse.Namespace, ssh_options: dict | None, live: Any) -> Any:
-    from slurmdiag.api import attach_job
-
-    return attach_job(
-        args.job_id,
-        out_dir=args.out,
-        report=not args.no_report,
-        file_mode=args.file_mode,
-        samples=args.samples,
-        interval=args.interval,
-        strace_s=args.strace,
-        timeout_s=args.timeout,
-        native=args.native,
-        transport=args.transport,
-        node_python=args.node_python,
-        node_cache=args.node_cache,
-        pyspy_path=args.pyspy_path,
-        nvidia_smi_path=args.nvidia_smi_path,
-        flight_recorder=args.flight_recorder,
-        ssh_options=ssh_options,
-        progress=live.nodes if live is not None else None,
-        on_phase=live.phase if live is not None else None,
-    )
 
 
 def _show_attach(args: argparse.Namespace, result: Any) -> int:

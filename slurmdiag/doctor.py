@@ -208,9 +208,10 @@ def doctor_srun_argv(
     wait_s: int = 10,
 ) -> list[str]:
     """Into the job (the collector's own step options), or a one-minute allocation of the nodes."""
-    from slurmdiag.transport.collect import CollectOptions, srun_argv
+    from slurmdiag.options import DEFAULTS
+    from slurmdiag.transport.srun import srun_argv
 
-    argv = srun_argv(job_id or "0", nodes, CollectOptions(), het_group, command=command,
+    argv = srun_argv(job_id or "0", nodes, DEFAULTS, het_group, command=command,
                      step_name=STEP_NAME)
     if job_id is None:
         argv.remove("--jobid=0")
@@ -274,13 +275,14 @@ def node_checks(
     timeout_s: float,
     runner: Runner = run_command,
 ) -> list[Check]:
+    from slurmdiag.options import DEFAULTS
     from slurmdiag.slurm.discover import (
         check_caller_may_attach,
         discover_job,
         job_ref_from_user,
     )
     from slurmdiag.slurm.parse import expand_hostlist
-    from slurmdiag.transport.collect import DEFAULT_NODE_CACHE, default_tool_paths, srun_environment
+    from slurmdiag.transport.collect import default_tool_paths, srun_environment
 
     het_group = None
     if job is not None:
@@ -308,7 +310,7 @@ def node_checks(
         "pyspy_explicit": bool(pyspy_path),
         "strace": list(default_tool_paths("strace")),
         "nvidia_smi": [nvidia_smi_path] if nvidia_smi_path else [],
-        "cache": DEFAULT_NODE_CACHE if node_cache is None else node_cache,
+        "cache": DEFAULTS.node_cache if node_cache is None else node_cache,
     }
     argv = doctor_srun_argv(node_check_command(args, node_python), nodes, job_id=job_id,
                             het_group=het_group, wait_s=max(1, int(timeout_s / 2)))

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from slurmdiag.options import DEFAULTS, AttachOptions
 from slurmdiag.snapshot import Probe, ProbeCollective, ProbeGroup, ProbeLink, ProbeNode
-from slurmdiag.transport import collect
-from slurmdiag.transport.collect import CollectOptions, NodeOutcome
+from slurmdiag.transport import collect, srun
+from slurmdiag.transport.base import NodeOutcome
 from slurmdiag.transport.framing import answered_node, decode_frames
 from slurmdiag.transport.run import CommandResult, end_group, spawn_interactive
 
@@ -48,7 +49,7 @@ class ProbeOptions:
     collective: bool = True
     torch_python: str | None = None  # None: this interpreter (a venv on a shared file system)
     node_python: str | None = None
-    node_cache: str = collect.DEFAULT_NODE_CACHE
+    node_cache: str = DEFAULTS.node_cache
     partition: str | None = None  # --nodes mode only
 
 
@@ -85,8 +86,8 @@ def probe_argv(job_id: str | None, nodes: Sequence[str], options: ProbeOptions,
         target = [f"--time={minutes}", f"--immediate={max(1, int(options.timeout_s / 3))}"]
         if options.partition:
             target.append(f"--partition={options.partition}")
-    copts = CollectOptions(timeout_s=options.timeout_s, node_python=options.node_python,
-                           node_cache=options.node_cache)
+    copts = AttachOptions(timeout_s=options.timeout_s, node_python=options.node_python,
+                          node_cache=options.node_cache)
     program = (collect.program_payload(probe_source()), probe_args(job_id, options))
     direct = options.node_python is None and collect.controller_has_system_python()
     return [
@@ -206,10 +207,10 @@ def run_probe(job_id: str | None, nodes: Sequence[str], options: ProbeOptions,
                     collective=options.collective)
     warnings: list[str] = []
     if step.result.timed_out:
-        left = collect.cancel_leftover_steps(job_id, step_name=step_name)
+        left = srun.cancel_leftover_steps(job_id, step_name=step_name)
         if left:
             warnings.append(f"cancelled leftover probe step(s): {', '.join(left)}")
-    fanout = collect.outcomes_from_output(nodes, step.result, "srun")
+    fanout = srun.outcomes_from_output(nodes, step.result, "srun")
     warnings += fanout.warnings
     documents = decode_frames(step.result.stdout).documents
     collectives = {n: documents[n + COLLECTIVE_SUFFIX].get("collective")

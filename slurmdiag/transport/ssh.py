@@ -1,8 +1,10 @@
-"""The ssh fallback transport: the same collector over a paramiko exec channel, nodes in parallel.
+"""The ssh transport: the same collector over a paramiko exec channel, nodes in parallel.
 
 Used when Slurm will not add a step to the job (old Slurm without --overlap, a site policy, a
 step stuck behind "Requested nodes are busy"). Host keys are checked against known_hosts; an
-unknown host is refused unless the user asked to accept new keys.
+unknown host is refused unless the user asked to accept new keys (``SshSettings.accept_new``).
+Ctrl-C sends each running collector SIGUSR1 (see signal_collector): it sends what it has, as
+through srun, and the snapshot keeps it.
 """
 
 from __future__ import annotations
@@ -12,21 +14,20 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from slurmdiag.errors import MissingExtra, ParseError
+from slurmdiag.options import AttachOptions, SshSettings
 from slurmdiag.slurm.parse import parse_scontrol_node_addrs
-from slurmdiag.transport.collect import (
-    CollectOptions,
-    FanoutResult,
-    NodeOutcome,
-    node_command,
-)
+from slurmdiag.transport.base import FanoutResult, NodeOutcome, Progress
+from slurmdiag.transport.collect import node_command
 from slurmdiag.transport.framing import decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
 
 MAX_PARALLEL = 64
+# After Ctrl-C: how long the collectors get to send what they have (as srun's interrupt_grace_s).
+INTERRUPT_GRACE_S = 3.0
 
 
 def _paramiko() -> Any:
@@ -50,9 +51,39 @@ def node_addresses(
     return {name: addrs.get(name) or name for name in nodes}
 
 
-def ssh_command(options: CollectOptions, job_id: str, node: str) -> str:
+def ssh_command(options: AttachOptions, job_id: str, node: str) -> str:
     """The remote command line: the same node command as srun's, quoted for the login shell."""
     return shlex.join(node_command(job_id, options, node))
+
+
+
+
+def send_signal(channel: Any, name: str) -> None:
+    """Ask the server to signal the channel's command (RFC 4254 6.9; paramiko has no call)."""
+    paramiko = _paramiko()
+    message = paramiko.Message()
+    message.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+    message.add_int(channel.remote_chanid)
+    message.add_string("signal")
+    message.add_boolean(False)
+    message.add_string(name)
+    channel.transport._send_user_message(message)
+
+
+def signal_collector(client: Any, channel: Any, node: str, output: bytes | bytearray) -> None:
+    """SIGUSR1 to the node's collector: ``kill`` of the pid its hello frame gave, through a
+    second channel of the same connection; else the channel's own signal request, which OpenSSH
+    refuses for root logins (no privilege separation after a root login)."""
+    pid = decode_frames(output.decode(errors="replace")).hello.get(node)
+    if pid is None:
+        send_signal(channel, "USR1")
+        return
+    killer = client.get_transport().open_session()
+    try:
+        killer.exec_command(f"kill -USR1 {int(pid)}")
+        killer.recv_exit_status()
+    finally:
+        killer.close()
 
 
 def _run_on_node(
@@ -63,8 +94,10 @@ def _run_on_node(
     connect_kwargs: dict[str, Any],
     deadline: float,
     after_connect: Callable[[Any], None] | None = None,
+    interrupt: threading.Event | None = None,
 ) -> NodeOutcome:
     paramiko = _paramiko()
+    interrupt = interrupt or threading.Event()
     client = client_factory()
     try:
         remaining = deadline - time.monotonic()
@@ -84,6 +117,8 @@ def _run_on_node(
             return NodeOutcome(node, "unreachable", None, f"ssh to {host}: {exc}")
         if after_connect is not None:
             after_connect(client)
+        if interrupt.is_set():
+            return NodeOutcome(node, "error", None, "interrupted before the collector started")
         transport = client.get_transport()
         channel = transport.open_session()
         channel.settimeout(0.5)
@@ -91,7 +126,16 @@ def _run_on_node(
         channel.shutdown_write()
         out = bytearray()
         err = bytearray()
+        signalled = False
         while time.monotonic() < deadline:
+            if interrupt.is_set() and not signalled:
+                # The collector sends what it has on SIGUSR1, as srun forwards it.
+                signalled = True
+                deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE_S)
+                try:
+                    signal_collector(client, channel, node, out)
+                except (OSError, paramiko.SSHException):
+                    break
             if channel.recv_ready():
                 out.extend(channel.recv(65536))
             elif channel.recv_stderr_ready():
@@ -111,6 +155,8 @@ def _run_on_node(
         if node in frames.damaged:
             return NodeOutcome(node, "error", None, f"output damaged: {frames.damaged[node]}")
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        if signalled:
+            return NodeOutcome(node, "error", None, "interrupted: the collector sent nothing")
         if timed_out:
             return NodeOutcome(node, "timeout", None, "collector did not finish before the deadline")
         status = channel.recv_exit_status()
@@ -121,86 +167,121 @@ def _run_on_node(
         client.close()
 
 
-def fan_out_ssh(
-    job_id: str,
-    nodes: Sequence[str],
-    options: CollectOptions,
-    *,
-    user: str | None = None,
-    port: int = 22,
-    key_filename: str | None = None,
-    known_hosts: str | None = None,
-    accept_new: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-    addresses: dict[str, str] | None = None,
-) -> FanoutResult:
-    """Run the collector on every node over ssh, in parallel, bounded by ``options.timeout_s``."""
-    paramiko = _paramiko()
-    start = time.monotonic()
-    deadline = start + options.timeout_s
-    hosts = addresses if addresses is not None else node_addresses(nodes)
-    known_hosts_path = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+class SshTransport:
+    """The collector over ssh (paramiko), nodes in parallel (see base.Transport for the contract).
 
-    def client_factory() -> Any:
-        client = paramiko.SSHClient()
-        if os.path.exists(known_hosts_path):
-            client.load_host_keys(known_hosts_path)
-        if accept_new:
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        else:
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        return client
+    ``settings``: the login (user, port, key, known_hosts, accept_new). ``addresses``: node name
+    to host, else each node's NodeAddr from ``scontrol show node`` run by ``runner``.
+    """
 
-    connect_kwargs: dict[str, Any] = {
-        "port": port,
-        "username": user,
-        "key_filename": key_filename,
-        "allow_agent": key_filename is None,
-        "look_for_keys": key_filename is None,
-        "banner_timeout": 10,
-        "auth_timeout": 10,
-    }
-    result = FanoutResult(transport="ssh")
-    done = 0
-    lock = threading.Lock()
+    name = "ssh"
 
-    def remember_keys(client: Any) -> None:
-        # --ssh-accept-new: trust on first use and remember the key, like ssh's accept-new.
-        # Re-read the file under the lock so parallel nodes do not drop each other's keys.
-        key = client.get_transport().get_remote_server_key()
-        host, host_port = client.get_transport().getpeername()[:2]
-        name = host if host_port == 22 else f"[{host}]:{host_port}"
-        with lock:
-            os.makedirs(os.path.dirname(known_hosts_path) or ".", exist_ok=True)
-            stored = paramiko.HostKeys()
+    def __init__(
+        self,
+        settings: SshSettings | None = None,
+        *,
+        addresses: dict[str, str] | None = None,
+        runner: Callable[..., CommandResult] = run_command,
+    ) -> None:
+        self.settings = settings or SshSettings()
+        self.addresses = addresses
+        self.runner = runner
+
+    def collect(
+        self,
+        job_id: str,
+        nodes: Sequence[str],
+        options: AttachOptions,
+        *,
+        het_group: tuple[str, int] | None = None,  # a component's nodes are reached directly
+        progress: Progress | None = None,
+    ) -> FanoutResult:
+        """Run the collector on every node over ssh, in parallel, within ``options.timeout_s``."""
+        paramiko = _paramiko()
+        settings = self.settings
+        start = time.monotonic()
+        deadline = start + options.timeout_s
+        hosts = self.addresses if self.addresses is not None else node_addresses(nodes, self.runner)
+        known_hosts_path = settings.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+
+        def client_factory() -> Any:
+            client = paramiko.SSHClient()
             if os.path.exists(known_hosts_path):
-                stored.load(known_hosts_path)
-            if stored.lookup(name) is None:
-                stored.add(name, key.get_name(), key)
-                stored.save(known_hosts_path)
+                client.load_host_keys(known_hosts_path)
+            if settings.accept_new:
+                client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+            else:
+                client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            return client
 
-    def one(node: str) -> NodeOutcome:
-        nonlocal done
-        try:
-            outcome = _run_on_node(
-                client_factory, hosts[node], node, ssh_command(options, job_id, node),
-                connect_kwargs, deadline, remember_keys if accept_new else None,
-            )
-        except Exception as exc:  # noqa: BLE001 - one node's failure is data, not a crash
-            outcome = NodeOutcome(node, "error", None, f"ssh: {type(exc).__name__}: {exc}")
-        with lock:
-            done += 1
-            if progress is not None:
-                progress(done, len(nodes))
-        return outcome
+        connect_kwargs: dict[str, Any] = {
+            "port": settings.port,
+            "username": settings.user,
+            "key_filename": settings.key_filename,
+            "allow_agent": settings.key_filename is None,
+            "look_for_keys": settings.key_filename is None,
+            "banner_timeout": 10,
+            "auth_timeout": 10,
+        }
+        result = FanoutResult(transport=self.name)
+        done = 0
+        lock = threading.Lock()
+        interrupt = threading.Event()
 
-    pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(nodes))))
-    futures = {node: pool.submit(one, node) for node in nodes}
-    for node, future in futures.items():
+        def remember_keys(client: Any) -> None:
+            # accept_new: trust on first use and remember the key, like ssh's accept-new.
+            # Re-read the file under the lock so parallel nodes do not drop each other's keys.
+            key = client.get_transport().get_remote_server_key()
+            host, host_port = client.get_transport().getpeername()[:2]
+            name = host if host_port == 22 else f"[{host}]:{host_port}"
+            with lock:
+                os.makedirs(os.path.dirname(known_hosts_path) or ".", exist_ok=True)
+                stored = paramiko.HostKeys()
+                if os.path.exists(known_hosts_path):
+                    stored.load(known_hosts_path)
+                if stored.lookup(name) is None:
+                    stored.add(name, key.get_name(), key)
+                    stored.save(known_hosts_path)
+
+        def one(node: str) -> NodeOutcome:
+            nonlocal done
+            try:
+                outcome = _run_on_node(
+                    client_factory, hosts[node], node, ssh_command(options, job_id, node),
+                    connect_kwargs, deadline, remember_keys if settings.accept_new else None,
+                    interrupt,
+                )
+            except Exception as exc:  # noqa: BLE001 - one node's failure is data, not a crash
+                outcome = NodeOutcome(node, "error", None, f"ssh: {type(exc).__name__}: {exc}")
+            with lock:
+                done += 1
+                if progress is not None:
+                    progress(done, len(nodes))
+            return outcome
+
+        pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(nodes))))
+        futures = {node: pool.submit(one, node) for node in nodes}
         try:
-            result.nodes[node] = future.result(timeout=max(0.1, deadline + 2 - time.monotonic()))
-        except Exception:  # noqa: BLE001 - a thread stuck past the deadline
-            result.nodes[node] = NodeOutcome(node, "timeout", None, "no answer before the deadline")
-    pool.shutdown(wait=False, cancel_futures=True)
-    result.duration_s = time.monotonic() - start
-    return result
+            wait(futures.values(), timeout=max(0.1, deadline + 2 - time.monotonic()))
+        except KeyboardInterrupt:
+            # Ctrl-C (or SIGTERM through the CLI): the collectors get SIGUSR1 and a grace period.
+            interrupt.set()
+            result.interrupted = True
+            result.warnings.append("interrupted: the snapshot holds what the nodes sent until then")
+            try:
+                wait(futures.values(), timeout=INTERRUPT_GRACE_S + 2)
+            except KeyboardInterrupt:
+                pass  # a second Ctrl-C: keep what is there now
+        for node, future in futures.items():
+            if future.done() and future.exception() is None:
+                result.nodes[node] = future.result()
+            elif interrupt.is_set():
+                result.nodes[node] = NodeOutcome(node, "error", None,
+                                                 "interrupted before the collector answered")
+            else:  # a thread stuck past the deadline
+                result.nodes[node] = NodeOutcome(node, "timeout", None,
+                                                 "no answer before the deadline")
+        interrupt.set()  # threads still running stop their collectors and close their channels
+        pool.shutdown(wait=False, cancel_futures=True)
+        result.duration_s = time.monotonic() - start
+        return result

@@ -43,6 +43,7 @@ from slurmdiag.errors import (
     SlurmdiagError,
     SlurmUnavailable,
 )
+from slurmdiag.options import AttachOptions
 from slurmdiag.safeio import atomic_write, decimal_int, one_line
 from slurmdiag.slurm.parse import (
     SQUEUE_TEXT_FORMAT,
@@ -77,7 +78,12 @@ class CommandResultLike(Protocol):
 
 
 Runner = Callable[..., Any]  # (argv, timeout, *, env=None, input=None) -> CommandResult
-Attach = Callable[..., Snapshot]  # slurmdiag.api.attach
+class Attach(Protocol):
+    """An attach as the watchdog makes it: ``out_dir`` None writes nothing, else the report and
+    snapshot there; raises what slurmdiag.api.attach raises."""
+
+    def __call__(self, job_id: str, options: AttachOptions, *, out_dir: Path | None = None
+                 ) -> Snapshot: ...
 Sender = Callable[[Alert, NotifySettings], SendResult]
 
 
@@ -87,10 +93,14 @@ def _default_runner(argv: Sequence[str], timeout: float, **kwargs: Any) -> Any:
     return run_command(argv, timeout, **kwargs)
 
 
-def _default_attach(job_id: str, **options: Any) -> Snapshot:
-    from slurmdiag.api import attach
+def _default_attach(job_id: str, options: AttachOptions, *, out_dir: Path | None = None
+                    ) -> Snapshot:
+    from slurmdiag.api import attach_job
 
-    return attach(job_id, **options)
+    result = attach_job(job_id, options, out_dir=out_dir, write=out_dir is not None)
+    if result.write_error is not None:
+        raise result.write_error
+    return result.snapshot
 
 
 def _default_postmortem(job_id: str, out_dir: Path, runner: Any) -> Snapshot:
@@ -822,13 +832,12 @@ class _Pass:
         """Light attach; on a hang, the full attach with a report, then the alert."""
         record = self.db.job(job.job_id)
         was_stuck = record is not None and record.stuck_since is not None
-        light, failure = self._attach(
-            job,
+        light, failure = self._attach(job, AttachOptions(
             samples=self.watch.confirm_samples,
-            interval=self.watch.confirm_interval,
+            interval_s=self.watch.confirm_interval,
             strace_s=0.0,
             timeout_s=self.watch.attach_timeout,
-        )
+        ))
         if light is None:
             self._attach_failed(job, quiet_for, failure)
             return
@@ -846,7 +855,7 @@ class _Pass:
         snapshot = light
         out_dir = report_out_dir(self.watch.report_dir, job.job_id, self.now())
         full, failure = self._attach(
-            job, out_dir=out_dir, report=True, timeout_s=self.watch.attach_timeout
+            job, AttachOptions(timeout_s=self.watch.attach_timeout), out_dir=out_dir
         )
         if full is not None:
             full_stuck, full_hang = classify_verdicts(full.verdicts)
@@ -895,11 +904,12 @@ class _Pass:
         if alert_id is not None and self.notify_settings.enabled:
             self._deliver(alert_id, alert, retry=False)
 
-    def _attach(self, job: SlurmJob, **options: Any) -> tuple[Snapshot | None, str | None]:
+    def _attach(self, job: SlurmJob, options: AttachOptions, *, out_dir: Path | None = None
+                ) -> tuple[Snapshot | None, str | None]:
         """(snapshot, None) or (None, why); a failure starting with "ended" means the job is gone."""
         began = time.monotonic()
         try:
-            return self.dog._attach(job.job_id, **options), None
+            return self.dog._attach(job.job_id, options, out_dir=out_dir), None
         except (JobNotRunning, JobNotFound) as exc:
             return None, f"ended meanwhile: {exc.message}"
         except SlurmdiagError as exc:

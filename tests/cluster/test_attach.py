@@ -14,6 +14,7 @@ import pytest
 from scenarios.launch import load_truth, suite_scenarios
 
 from slurmdiag.api import attach_job, collect_snapshot
+from slurmdiag.options import AttachOptions
 
 pytestmark = pytest.mark.cluster
 
@@ -74,7 +75,7 @@ def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, scena
     truth = run.truth
     records = run.rank_records()
     # WHEN slurmdiag attaches (1 sample is enough to identify ranks)
-    snapshot, _ = collect_snapshot(run.job_id, samples=2, interval=0.5, strace_s=0)
+    snapshot, _ = collect_snapshot(run.job_id, AttachOptions(samples=2, interval_s=0.5, strace_s=0))
     # THEN every node answered and every live rank is there once, with the right global rank
     assert [n.status for n in snapshot.nodes] == ["ok"] * len(snapshot.nodes), [
         (n.name, n.message) for n in snapshot.nodes
@@ -109,7 +110,7 @@ def test_only_the_jobs_own_processes_are_inspected(scenario_run):
     scenario_run("healthy_slow")
     own = job_descendants({int(r["pid"]) for r in run.rank_records().values()})
     # WHEN attaching to one of them
-    snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0)
+    snapshot, _ = collect_snapshot(run.job_id, AttachOptions(samples=1, strace_s=0))
     # THEN every inspected pid belongs to that job
     inspected = {r.pid for _, r in snapshot.all_ranks()}
     inspected |= {w.pid for _, r in snapshot.all_ranks() for w in r.workers}
@@ -126,7 +127,7 @@ def test_no_rank_left_stopped_and_no_step_left_behind(scenario_run):
     run = scenario_run("blocked_outside_collective")
     pids = [int(r["pid"]) for r in run.rank_records().values()]
     # WHEN attached to with samples and strace (both ptrace the ranks)
-    snapshot, _ = collect_snapshot(run.job_id, samples=2, interval=0.5, strace_s=1)
+    snapshot, _ = collect_snapshot(run.job_id, AttachOptions(samples=2, interval_s=0.5, strace_s=1))
     assert all(r.strace is not None for _, r in snapshot.all_ranks())
     # THEN no rank is left in state T and no collector step remains in Slurm
     for pid in pids:
@@ -151,7 +152,8 @@ def test_stopped_slurmd_marks_its_node_and_keeps_the_others(scenario_run):
     os.kill(pid, signal.SIGSTOP)
     try:
         start = time.monotonic()
-        snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0, timeout_s=8)
+        snapshot, _ = collect_snapshot(
+            run.job_id, AttachOptions(samples=1, strace_s=0, timeout_s=8))
         elapsed = time.monotonic() - start
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -262,7 +264,7 @@ def test_ranks_the_batch_script_starts_itself_are_found_with_launcher_batch(loca
             assert time.monotonic() < deadline, (tmp_path / "out").read_text() if (tmp_path / "out").exists() else ""
             time.sleep(0.2)
         # WHEN slurmdiag attaches
-        snapshot, _ = collect_snapshot(job, samples=1, strace_s=0)
+        snapshot, _ = collect_snapshot(job, AttachOptions(samples=1, strace_s=0))
         # THEN both are ranks of the batch step, with their RANK, launched by the batch script
         # (not srun: the job's one task is not their world size); the shell is not a rank
         ranks = {r.rank: r for _, r in snapshot.all_ranks()}
@@ -284,8 +286,9 @@ def test_gpus_from_the_replayed_nvidia_smi(scenario_run):
     run = scenario_run("uneven_inputs")
     os.environ["SLURMDIAG_FAKE_NVSMI_DIR"] = str(REPO / "tests/fixtures/nvsmi_replay/xml_a100_mig")
     try:
-        snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0,
-                                       nvidia_smi_path=str(REPO / "tests/tools/nvidia-smi"))
+        snapshot, _ = collect_snapshot(
+            run.job_id, AttachOptions(samples=1, strace_s=0,
+                                      nvidia_smi_paths=(str(REPO / "tests/tools/nvidia-smi"),)))
     finally:
         del os.environ["SLURMDIAG_FAKE_NVSMI_DIR"]
     # THEN every node reports that GPU, read through the collector and the parsers
@@ -301,8 +304,10 @@ def test_gpu_finding_from_a_replayed_unknown_error(scenario_run):
     os.environ["SLURMDIAG_FAKE_NVSMI_DIR"] = str(
         REPO / "tests/fixtures/nvsmi_replay/csv_a100_unknown_error")
     try:
-        result = attach_job(run.job_id, write=False, samples=2, interval=0.5, strace_s=0,
-                            nvidia_smi_path=str(REPO / "tests/tools/nvidia-smi"))
+        result = attach_job(
+            run.job_id, AttachOptions(samples=2, interval_s=0.5, strace_s=0,
+                                      nvidia_smi_paths=(str(REPO / "tests/tools/nvidia-smi"),)),
+            write=False)
     finally:
         del os.environ["SLURMDIAG_FAKE_NVSMI_DIR"]
     # THEN the bracketed value is kept verbatim and the analysis flags that GPU
@@ -327,7 +332,7 @@ def test_nodes_without_the_system_python_are_collected_with_another(scenario_run
     monkeypatch.setattr(collect, "SYSTEM_PYTHON", "/nonexistent/bin/python3")
     monkeypatch.setattr(collect, "controller_has_system_python", lambda: True)
     # WHEN slurmdiag attaches
-    snapshot, _ = collect_snapshot(run.job_id, samples=1, strace_s=0)
+    snapshot, _ = collect_snapshot(run.job_id, AttachOptions(samples=1, strace_s=0))
     # THEN every node answered, from the controller's interpreter, in the second step
     assert [n.status for n in snapshot.nodes] == ["ok"] * len(snapshot.nodes), [
         (n.name, n.message) for n in snapshot.nodes]
@@ -340,18 +345,14 @@ def test_nodes_without_the_system_python_are_collected_with_another(scenario_run
 def test_every_way_of_finding_processes_finds_the_same_ones(scenario_run, how, method):
     # GIVEN a hung job, and the collector told how to find the job's processes: from our
     # stepd's siblings (the default), by a walk of all /proc, or by `scontrol listpids`
-    from slurmdiag.transport.collect import (
-        CollectOptions,
-        collector_args,
-        node_environment,
-        srun_argv,
-    )
+    from slurmdiag.transport.collect import collector_args, node_environment
     from slurmdiag.transport.framing import decode_frames
+    from slurmdiag.transport.srun import srun_argv
 
     run = scenario_run("rank_gated_collective")
     nodes = run_nodes(run.job_id)
     # (no node cache: the collector's source comes from the step's environment)
-    options = CollectOptions(samples=1, strace_s=0, node_cache="")
+    options = AttachOptions(samples=1, strace_s=0, node_cache="")
     argv = srun_argv(run.job_id, nodes, options)
     argv[-1] = json.dumps({**collector_args(run.job_id, options), "discovery": how})
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
@@ -437,7 +438,8 @@ def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
         while len(found) < 2:
             for offset in (0, 1):
                 try:
-                    snapshot, _ = collect_snapshot(f"{leader}+{offset}", samples=1, strace_s=0)
+                    snapshot, _ = collect_snapshot(
+                        f"{leader}+{offset}", AttachOptions(samples=1, strace_s=0))
                 except JobNotRunning:  # still pending
                     continue
                 ranks = [r for _, r in snapshot.all_ranks() if r.samples and r.samples[0].threads]
@@ -446,7 +448,8 @@ def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
             assert time.monotonic() < deadline, found
             time.sleep(2)
         # WHEN attaching to one component
-        result = attach_job(f"{leader}+1", write=False, samples=2, interval=0.3, strace_s=0)
+        result = attach_job(
+            f"{leader}+1", AttachOptions(samples=2, interval_s=0.3, strace_s=0), write=False)
     finally:
         subprocess.run(["scancel", leader], capture_output=True, timeout=30, check=False)
     # THEN each component's step ran (srun needs the leader's id and --het-group), its own

@@ -12,6 +12,7 @@ import pytest
 from scenarios.launch import load_truth, suite_scenarios
 
 from slurmdiag.api import attach_job
+from slurmdiag.options import AttachOptions
 
 pytestmark = pytest.mark.cluster
 
@@ -40,7 +41,7 @@ def test_verdict_names_culprit_ranks_site_and_kind(scenario_run, scenario, sampl
     # WHEN attached to as an on-call engineer would (defaults: 3 samples, strace), or with
     # --samples 1
     options = {} if samples is None else {"samples": samples}
-    snapshot = attach_job(run.job_id, write=False, **options).snapshot
+    snapshot = attach_job(run.job_id, AttachOptions(**options), write=False).snapshot
     verdict = top_verdict(snapshot)
     # THEN the first hang verdict has the expected kind and exactly the culprit ranks
     assert verdict.kind == truth["expected_kind"], verdict
@@ -58,7 +59,7 @@ def test_job_without_a_hang_gets_no_hang_verdict(scenario_run, scenario, samples
     run = scenario_run(scenario)
     # WHEN attached with the defaults or --samples 1
     options = {} if samples is None else {"samples": samples}
-    snapshot = attach_job(run.job_id, write=False, **options).snapshot
+    snapshot = attach_job(run.job_id, AttachOptions(**options), write=False).snapshot
     # THEN no verdict is a hang, and the first one says the job progresses
     flagged = [v for v in snapshot.verdicts if v.severity in HANG_SEVERITIES]
     assert flagged == [], [(v.kind, v.summary) for v in flagged]
@@ -106,8 +107,9 @@ def test_verdicts_in_terminal_output_json_and_report(scenario_run, tmp_path):
 def test_native_frames_keep_the_verdict_and_show_gloo_below_python(scenario_run):
     # GIVEN a hung job, attached with --native (py-spy reads C/C++ frames too)
     run = scenario_run("mismatched_collectives")
-    snapshot = attach_job(run.job_id, write=False, samples=2, interval=0.5, strace_s=0,
-                          native=True, timeout_s=60).snapshot
+    snapshot = attach_job(
+        run.job_id, AttachOptions(samples=2, interval_s=0.5, strace_s=0, native=True,
+                                  timeout_s=60), write=False).snapshot
     # THEN native frames were collected, gloo's among them, and the verdict is the same
     frames = [f for _, r in snapshot.all_ranks() for s in r.samples for t in s.threads
               for f in t.frames if f.native]
@@ -137,7 +139,8 @@ def test_torchrun_agents_waiting_for_a_node_that_never_joins(local_cluster, tmp_
         deadline = time.monotonic() + 120
         while True:  # until the agent's stack is in its rendezvous (importing torch takes a while)
             try:
-                snapshot, _ = collect_snapshot(job, samples=1, strace_s=0, timeout_s=20)
+                snapshot, _ = collect_snapshot(
+                    job, AttachOptions(samples=1, strace_s=0, timeout_s=20))
                 stacks = [" ".join(f.function for s in p.samples for t in s.threads for f in t.frames)
                           for n in snapshot.nodes for p in n.other_processes if p.role == "agent"]
             except JobNotRunning:
@@ -147,7 +150,7 @@ def test_torchrun_agents_waiting_for_a_node_that_never_joins(local_cluster, tmp_
             assert time.monotonic() < deadline, (stacks, (tmp_path / "out").read_text()[-2000:])
             time.sleep(2)
         # WHEN attaching
-        snapshot = attach_job(job, write=False, samples=1, strace_s=0).snapshot
+        snapshot = attach_job(job, AttachOptions(samples=1, strace_s=0), write=False).snapshot
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, check=False)
     # THEN the verdict says why no rank started, and where the launcher waits

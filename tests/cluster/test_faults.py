@@ -23,7 +23,9 @@ from test_watch import write_config
 
 from slurmdiag.api import collect_snapshot
 from slurmdiag.assemble import node_from_outcome
-from slurmdiag.transport.collect import PAYLOAD_ENV, CollectOptions, fan_out_srun
+from slurmdiag.options import AttachOptions
+from slurmdiag.transport.collect import PAYLOAD_ENV
+from slurmdiag.transport.srun import SrunTransport
 
 pytestmark = pytest.mark.cluster
 
@@ -157,8 +159,9 @@ def test_step_environment_carries_no_controller_secret(light_job, tmp_path, monk
                      'exec /usr/bin/python3 "$@"\n')
     nodes = light_job.nodes()
     # WHEN the collector is fanned out
-    fanout = fan_out_srun(light_job.job_id, nodes,
-                          CollectOptions(samples=1, strace_s=0, timeout_s=30, node_python=python))
+    fanout = SrunTransport().collect(
+        light_job.job_id, nodes,
+        AttachOptions(samples=1, strace_s=0, timeout_s=30, node_python=python))
     # THEN every node answered, and no task of the step got either secret
     assert {n: o.status for n, o in fanout.nodes.items()} == dict.fromkeys(nodes, "ok")
     for node in nodes:
@@ -174,7 +177,8 @@ def test_rank_secrets_are_masked_on_the_node(local_cluster, tmp_path):
                        exports="export NCCL_IB_Token=SECRET-nccl NCCL_DEBUG=WARN\n")
     try:
         # WHEN attached
-        snapshot, _ = collect_snapshot(job.job_id, samples=1, strace_s=0, timeout_s=30)
+        snapshot, _ = collect_snapshot(
+            job.job_id, AttachOptions(samples=1, strace_s=0, timeout_s=30))
     finally:
         job.cancel()
     ranks = [r for _, r in snapshot.all_ranks()]
@@ -236,8 +240,9 @@ def test_rank_that_exits_between_listing_and_dumping(light_job, tmp_path):
         f'exec {PY_SPY} "$@"\n'))
     pids = light_job.pids()
     # WHEN attached
-    snapshot, _ = collect_snapshot(light_job.job_id, samples=2, interval=0.3, strace_s=0.5,
-                                   timeout_s=30, pyspy_path=pyspy)
+    snapshot, _ = collect_snapshot(
+        light_job.job_id, AttachOptions(samples=2, interval_s=0.3, strace_s=0.5, timeout_s=30,
+                                        pyspy_paths=(pyspy,)))
     # THEN every node answered; rank 0 has its stacks; rank 1 is named, with why it has none
     assert {n.status for n in snapshot.nodes} == {"ok"}, [(n.name, n.message) for n in snapshot.nodes]
     ranks = {r.rank: r for _, r in snapshot.all_ranks()}
@@ -281,9 +286,9 @@ def test_pyspy_and_strace_not_permitted(light_job, tmp_path):
     strace = wrapper(tmp_path / "bin" / "strace", f'{drop} /usr/bin/strace "$@"\n')
     nodes = light_job.nodes()
     # WHEN collected
-    options = CollectOptions(samples=1, strace_s=0.5, timeout_s=30, pyspy_paths=(pyspy,),
-                             strace_paths=(strace,))
-    fanout = fan_out_srun(light_job.job_id, nodes, options)
+    options = AttachOptions(samples=1, strace_s=0.5, timeout_s=30, pyspy_paths=(pyspy,),
+                            strace_paths=(strace,))
+    fanout = SrunTransport().collect(light_job.job_id, nodes, options)
     # THEN every node still answers with its ranks, and says plainly that ptrace was refused
     views = [node_from_outcome(fanout.nodes[n]) for n in nodes]
     assert {v.status for v in views} == {"ok"}
@@ -319,10 +324,11 @@ def test_srun_refused_for_a_job_of_another_user(light_job, tmp_path):
         probe = (
             "import json\n"
             "from slurmdiag.assemble import node_from_outcome\n"
-            "from slurmdiag.transport.collect import CollectOptions, fan_out_srun\n"
+            "from slurmdiag.options import AttachOptions\n"
+            "from slurmdiag.transport.srun import SrunTransport\n"
             f"nodes = {list(light_job.nodes())!r}\n"
-            f"r = fan_out_srun({light_job.job_id!r}, nodes, "
-            "CollectOptions(samples=1, strace_s=0, timeout_s=20))\n"
+            f"r = SrunTransport().collect({light_job.job_id!r}, nodes, "
+            "AttachOptions(samples=1, strace_s=0, timeout_s=20))\n"
             "print(json.dumps([[v.status, v.message] for v in "
             "(node_from_outcome(r.nodes[n]) for n in nodes)]))\n"
         )

@@ -8,6 +8,7 @@ from scenarios.launch import submit
 from slurmdiag.analysis import analyze
 from slurmdiag.analysis.flight import flight_verdicts
 from slurmdiag.api import collect_snapshot
+from slurmdiag.options import AttachOptions
 
 pytestmark = pytest.mark.cluster
 
@@ -29,8 +30,9 @@ def hooked_mismatch(local_cluster, tmp_path_factory):
 
 def test_attach_triggers_dumps_and_names_the_mismatched_collective(hooked_mismatch):
     # WHEN attaching with --flight-recorder
-    snapshot, _ = collect_snapshot(hooked_mismatch.job_id, samples=1, strace_s=0,
-                                   timeout_s=40, flight_recorder=True)
+    snapshot, _ = collect_snapshot(
+        hooked_mismatch.job_id, AttachOptions(samples=1, strace_s=0, timeout_s=40,
+                                              flight_recorder=True))
     # THEN every rank's dump came back through the collectors
     section = snapshot.flight_recorder
     assert section is not None

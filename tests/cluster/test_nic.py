@@ -6,6 +6,7 @@ import pytest
 from scenarios.launch import submit
 
 from slurmdiag.api import attach_job
+from slurmdiag.options import AttachOptions
 
 pytestmark = pytest.mark.cluster
 
@@ -25,8 +26,9 @@ def misconfigured_job(local_cluster, tmp_path_factory):
 
 def test_nccl_variables_naming_missing_devices_are_found(misconfigured_job):
     # WHEN attaching to it
-    snapshot = attach_job(misconfigured_job.job_id, write=False, samples=2, interval=0.5,
-                          strace_s=0).snapshot
+    snapshot = attach_job(
+        misconfigured_job.job_id, AttachOptions(samples=2, interval_s=0.5, strace_s=0),
+        write=False).snapshot
     # THEN the real interface lists of the nodes lack ib0, and both variables are reported
     interfaces = {i.name for n in snapshot.nodes for i in n.nics.interfaces}
     assert "lo" in interfaces and "ib0" not in interfaces
@@ -72,7 +74,8 @@ def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_
         deadline = time.monotonic() + 120
         while True:
             try:
-                snapshot, _ = collect_snapshot(job, samples=1, strace_s=0, timeout_s=20)
+                snapshot, _ = collect_snapshot(
+                    job, AttachOptions(samples=1, strace_s=0, timeout_s=20))
             except JobNotRunning:  # still pending
                 stacks = []
             else:
@@ -83,7 +86,8 @@ def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_
             assert time.monotonic() < deadline, (stacks, (tmp_path / "job.out").read_text()[-2000:])
             time.sleep(2)
         # WHEN attaching
-        attached = attach_job(job, write=False, samples=2, interval=0.5, strace_s=1).snapshot
+        attached = attach_job(
+            job, AttachOptions(samples=2, interval_s=0.5, strace_s=1), write=False).snapshot
         verdicts = attached.verdicts
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, check=False)

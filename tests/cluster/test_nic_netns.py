@@ -7,6 +7,7 @@ from scenarios.launch import submit
 from support.netns_cluster import available, start_netns_cluster
 
 from slurmdiag.api import attach_job
+from slurmdiag.options import AttachOptions
 
 pytestmark = pytest.mark.cluster
 
@@ -40,8 +41,9 @@ def test_mtu_mismatch_between_nodes_is_found_from_what_the_nodes_see(
     netns_cluster, hung_job_across_namespaces
 ):
     # WHEN attaching to a real gloo job spread over the two namespaced nodes
-    result = attach_job(hung_job_across_namespaces.job_id, write=False, samples=2,
-                        interval=0.5, strace_s=0)
+    result = attach_job(
+        hung_job_across_namespaces.job_id, AttachOptions(samples=2, interval_s=0.5, strace_s=0),
+        write=False)
     snapshot = result.snapshot
     # THEN each node reported its own eth0 (its own address and MTU), not the host's
     by_node = {n.name: n for n in snapshot.nodes}

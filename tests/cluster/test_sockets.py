@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from slurmdiag.api import collect_snapshot
+from slurmdiag.options import AttachOptions
 from slurmdiag.slurm.discover import discover_job, job_ref_from_user
-from slurmdiag.transport.collect import CollectOptions, fan_out_srun
 from slurmdiag.transport.run import run_command
+from slurmdiag.transport.srun import SrunTransport
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scenario("mismatched_collectives")]
 
@@ -19,7 +20,7 @@ def test_the_ranks_peer_connections_of_a_gloo_job_are_found(scenario_run):
     pids = {int(record["pid"]): rank for rank, record in run.rank_records().items()}
     job = discover_job(job_ref_from_user(run.job_id), run_command)
     # WHEN the collector runs on its nodes
-    fanout = fan_out_srun(job.job_id, job.nodes, CollectOptions(samples=1, strace_s=0))
+    fanout = SrunTransport().collect(job.job_id, job.nodes, AttachOptions(samples=1, strace_s=0))
     docs = [fanout.nodes[name].document for name in job.nodes]
     assert all(docs), [(o.name, o.status, o.message) for o in fanout.nodes.values()]
     # THEN every node read the sockets from netlink (the emulated nodes share our namespace)

@@ -10,8 +10,10 @@ import threading
 import pytest
 
 from slurmdiag import api
+from slurmdiag.options import AttachOptions
 from slurmdiag.slurm.parse import parse_scontrol_job
-from slurmdiag.transport.collect import FanoutResult, NodeOutcome
+from slurmdiag.transport.base import NodeOutcome
+from slurmdiag.transport.memory import InMemoryTransport
 
 JOB_TEXT = (
     "JobId=42 JobName=train UserId=alice(1000) GroupId=alice(1000) Priority=1 "
@@ -33,22 +35,29 @@ def test_the_fan_out_path_loads_no_snapshot_analysis_or_report_code():
     loaded = set(json.loads(out.stdout))
     # THEN discovery and the fan-out are there, and none of what comes after it (loaded during
     # the fan-out by attach_job, or on use): a fresh CLI process starts srun sooner
-    assert {"slurmdiag.slurm.discover", "slurmdiag.transport.collect"} <= loaded
+    assert {"slurmdiag.slurm.discover", "slurmdiag.transport.base"} <= loaded
     heavy = {"slurmdiag.snapshot", "slurmdiag.assemble", "slurmdiag.analysis",
              "slurmdiag.report.render", "slurmdiag.report.terminal", "jinja2"}
     assert loaded & heavy == set()
 
 
-def _fake_attach(monkeypatch, fan_out):
+ONE_SAMPLE = AttachOptions(samples=1, strace_s=0)
+
+
+def _fake_slurm(monkeypatch, transport: InMemoryTransport | None = None):
+    """Job 42 on node[001-002] without Slurm; with ``transport``, attach's own choice of
+    transport (by options.transport) is replaced by it."""
     monkeypatch.setattr(api, "discover_job", lambda ref, runner: parse_scontrol_job(JOB_TEXT)[0])
-    monkeypatch.setattr(api, "_fan_out", fan_out)
+    if transport is not None:
+        monkeypatch.setattr(api, "transport_for", lambda options: transport)
 
 
-def _outcomes(nodes) -> FanoutResult:
-    out = FanoutResult()
-    for name in nodes:
-        out.nodes[name] = NodeOutcome(name, "unreachable", None, "the collector did not run")
-    return out
+def _unreachable(job_id, node, options) -> NodeOutcome:
+    return NodeOutcome(node, "unreachable", None, "the collector did not run")
+
+
+def _nodes_answering(answer) -> InMemoryTransport:
+    return InMemoryTransport({"node001": answer, "node002": answer})
 
 
 def test_meanwhile_runs_in_another_thread_while_the_nodes_are_collected(monkeypatch):
@@ -56,17 +65,18 @@ def test_meanwhile_runs_in_another_thread_while_the_nodes_are_collected(monkeypa
     started = threading.Event()
     seen = {}
 
-    def fan_out(job_id, nodes, *rest):
-        seen["during_fan_out"] = started.wait(10)
-        return _outcomes(nodes)
+    def answer(job_id, node, options):
+        seen.setdefault("during_fan_out", started.wait(10))
+        return _unreachable(job_id, node, options)
 
     def meanwhile():
         seen["thread"] = threading.current_thread() is not threading.main_thread()
         started.set()
 
-    _fake_attach(monkeypatch, fan_out)
+    _fake_slurm(monkeypatch)
     # WHEN the snapshot is collected with that work to do meanwhile
-    snapshot, _ = api.collect_snapshot("42", samples=1, strace_s=0, meanwhile=meanwhile)
+    snapshot, _ = api.collect_snapshot("42", ONE_SAMPLE, transport=_nodes_answering(answer),
+                                       meanwhile=meanwhile)
     # THEN the work ran in its own thread, during the fan-out, and the snapshot is whole
     assert seen == {"during_fan_out": True, "thread": True}
     assert [n.name for n in snapshot.nodes] == ["node001", "node002"]
@@ -77,9 +87,10 @@ def test_a_failing_meanwhile_costs_nothing_collected(monkeypatch):
     def meanwhile():
         raise ImportError("no module named jinja2")
 
-    _fake_attach(monkeypatch, lambda job_id, nodes, *rest: _outcomes(nodes))
+    _fake_slurm(monkeypatch)
     # WHEN the snapshot is collected
-    snapshot, _ = api.collect_snapshot("42", samples=1, strace_s=0, meanwhile=meanwhile)
+    snapshot, _ = api.collect_snapshot("42", ONE_SAMPLE, transport=_nodes_answering(_unreachable),
+                                       meanwhile=meanwhile)
     # THEN the failure is dropped there (redone, and reported, where the work is used)
     assert snapshot.job.id == "42"
     assert [n.status for n in snapshot.nodes] == ["unreachable", "unreachable"]
@@ -99,14 +110,16 @@ def test_attach_job_compiles_the_report_during_the_fan_out(monkeypatch, tmp_path
         compiled.set()
         return real_load()
 
-    def fan_out(job_id, nodes, *rest):
-        calls.append(("fan-out saw the template loaded", compiled.wait(10 if report else 0.2)))
-        return _outcomes(nodes)
+    def answer(job_id, node, options):
+        if node == "node001":
+            calls.append(("fan-out saw the template loaded", compiled.wait(10 if report else 0.2)))
+        return _unreachable(job_id, node, options)
 
-    _fake_attach(monkeypatch, fan_out)
+    _fake_slurm(monkeypatch)
     monkeypatch.setattr(render, "load_template", load_template)
     # WHEN attach_job collects and writes its outputs, with or without the report
-    result = api.attach_job("42", out_dir=tmp_path, report=report, samples=1, strace_s=0)
+    result = api.attach_job("42", ONE_SAMPLE, out_dir=tmp_path, report=report,
+                            transport=_nodes_answering(answer))
     # THEN with a report, its template was loaded by the thread that runs during the fan-out
     # (and loaded again, from the process's cache, to render); without one, never
     if report:

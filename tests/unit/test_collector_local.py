@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from slurmdiag.collector import discovery, procfs, sockets, stacks, strace, tools
+from slurmdiag.options import AttachOptions
 from slurmdiag.transport.collect import (
-    CollectOptions,
     collector_args,
     collector_payload,
     node_command,
@@ -188,7 +188,7 @@ def rank_env(rank: int, node: str = "nodeX", job: str = JOB) -> dict[str, str]:
 
 def full_args(args: dict[str, Any]) -> dict[str, Any]:
     """Every argument, as the controller sends them (its defaults), with ``args`` over them."""
-    return {**collector_args(args["job_id"], CollectOptions()), "pyspy": [PYSPY],
+    return {**collector_args(args["job_id"], AttachOptions()), "pyspy": [PYSPY],
             "nvidia_smi": [], **args}
 
 
@@ -196,7 +196,7 @@ def run_collector(args: dict[str, Any]) -> tuple[dict, float, float, str]:
     """Run the collector like srun does (the loader and the bundle, no cache); returns
     (document, wall s, CPU s incl. tools, stdout)."""
     full = full_args(args)
-    options = CollectOptions(node_python="python3", node_cache="")
+    options = AttachOptions(node_python="python3", node_cache="")
     argv = node_command(args["job_id"], options, program=(collector_payload(), full))
     env = {"PATH": TOOL_PATH, "LANG": "C.UTF-8"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from slurmdiag.collector import options as collector_options
+from slurmdiag.options import AttachOptions
 from slurmdiag.transport.collect import (
     COLLECTOR_LOADER,
     COLLECTOR_PACKAGE,
-    CollectOptions,
     collector_args,
     collector_bundle,
     collector_payload,
@@ -147,7 +147,7 @@ def test_a_fresh_interpreter_compiles_the_bundle_once_then_loads_it_from_the_cac
 
 def test_the_real_collector_runs_from_the_cache_and_reports_its_arguments_problems(tmp_path):
     # GIVEN the collector's bundle and arguments without "samples", then with a wrong type
-    args = collector_args("999999999", CollectOptions(samples=0, strace_s=0, timeout_s=6), "nX")
+    args = {**collector_args("999999999", AttachOptions(strace_s=0, timeout_s=6), "nX"), "samples": 0}
     missing = {k: v for k, v in args.items() if k != "samples"}
     for bad, message in ((missing, "argument samples missing (the controller sends every option)"),
                          ({**args, "concurrency": "8"}, "argument concurrency must be an integer, not '8'"),
@@ -167,7 +167,7 @@ def test_the_real_collector_runs_from_the_cache_and_reports_its_arguments_proble
 
 
 def test_the_controller_sends_every_option_the_collector_requires() -> None:
-    sent = collector_args("1", CollectOptions(), "n1")
+    sent = collector_args("1", AttachOptions(), "n1")
     required = {name for name, _, _ in collector_options.REQUIRED}
     optional = {name for name, _, _, _ in collector_options.OPTIONAL}
     assert required <= set(sent) <= required | optional
@@ -184,7 +184,7 @@ def test_the_controller_sends_every_option_the_collector_requires() -> None:
     ({"discovery": "ps"}, "argument discovery must be auto, walk or listpids, not 'ps'"),
 ])
 def test_a_wrong_typed_argument_is_named(change: dict, message: str) -> None:
-    args = {**collector_args("1", CollectOptions()), **change}
+    args = {**collector_args("1", AttachOptions()), **change}
     with pytest.raises(collector_options.ArgsError) as caught:
         collector_options.read_options(args)
     assert str(caught.value) == message
@@ -215,7 +215,7 @@ OLD_PYTHONS = {version: next(iter(sorted(Path.home().glob(f".pyenv/versions/{ver
 @pytest.mark.skipif(OLD_PYTHONS["3.8"] is None, reason="no Python 3.8 here (pyenv install 3.8)")
 def test_python_38_runs_the_collector_from_a_compile_then_from_the_cache(tmp_path):
     # GIVEN a node whose only interpreter is Python 3.8, the collector's floor
-    args = collector_args("999999999", CollectOptions(samples=0, strace_s=0, timeout_s=6), "nX")
+    args = {**collector_args("999999999", AttachOptions(strace_s=0, timeout_s=6), "nX"), "samples": 0}
     argv = [str(OLD_PYTHONS["3.8"]), "-I", "-S", "-c", COLLECTOR_LOADER, "", str(tmp_path),
             *collector_payload(), json.dumps(args)]
     for _ in range(2):  # WHEN the loader runs twice: a cache miss, then a hit

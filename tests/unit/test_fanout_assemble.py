@@ -6,17 +6,17 @@ import json
 from pathlib import Path
 
 from slurmdiag.assemble import flight_recorder_section, node_from_document, node_from_outcome
+from slurmdiag.options import AttachOptions
 from slurmdiag.transport import collect
-from slurmdiag.transport.collect import (
-    CollectOptions,
-    fan_out_srun,
-    node_command,
+from slurmdiag.transport.collect import node_command
+from slurmdiag.transport.framing import encode_frames
+from slurmdiag.transport.run import CommandResult
+from slurmdiag.transport.srun import (
+    SrunTransport,
     nodes_without_system_python,
     outcomes_from_output,
     srun_argv,
 )
-from slurmdiag.transport.framing import encode_frames
-from slurmdiag.transport.run import CommandResult
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "collector"
 REAL_STDOUT = (FIXTURES / "srun_stdout_2nodes_simple.txt").read_text()
@@ -31,7 +31,7 @@ def result(stdout="", stderr="", timed_out=False, returncode=0):
 
 def test_srun_argv_is_one_overlapping_step_without_gpus():
     # GIVEN a 3-node job
-    options = CollectOptions(timeout_s=20)
+    options = AttachOptions(timeout_s=20)
     argv = srun_argv("77", ["n1", "n2", "n3"], options)
     # THEN it is one srun step into the job, one task per node, not taking the job's GPUs
     assert argv[0] == "srun"
@@ -52,7 +52,7 @@ def test_srun_argv_is_one_overlapping_step_without_gpus():
 
 def test_het_component_step_names_the_leader_and_the_group():
     # GIVEN component +1 of heterogeneous job 193 (its own job id is 194)
-    argv = srun_argv("194", ["node002"], CollectOptions(), het_group=("193", 1))
+    argv = srun_argv("194", ["node002"], AttachOptions(), het_group=("193", 1))
     # THEN srun gets the leader's id and the group; the collector looks for the component's id
     assert "--jobid=193" in argv and "--het-group=1" in argv
     assert not any(a.startswith("--jobid=194") for a in argv)
@@ -123,14 +123,14 @@ def test_real_document_assembles_into_a_node():
 
 
 def test_failed_outcome_keeps_status_and_message():
-    from slurmdiag.transport.collect import NodeOutcome
+    from slurmdiag.transport.base import NodeOutcome
 
     node = node_from_outcome(NodeOutcome("n9", "unreachable", None, "the collector did not run"))
     assert (node.status, node.message, node.ranks) == ("unreachable", "the collector did not run", ())
 
 
 def test_broken_document_is_an_error_node_not_an_exception():
-    from slurmdiag.transport.collect import NodeOutcome
+    from slurmdiag.transport.base import NodeOutcome
 
     node = node_from_outcome(
         NodeOutcome("n1", "ok", {"format": 1, "processes": [{"role": "rank"}]}))
@@ -138,7 +138,7 @@ def test_broken_document_is_an_error_node_not_an_exception():
 
 
 def test_document_of_another_format_is_refused_with_the_reason():
-    from slurmdiag.transport.collect import NodeOutcome
+    from slurmdiag.transport.base import NodeOutcome
 
     # GIVEN a real document as a collector of another format version would label it
     document = dict(REAL_DOC, format=2)
@@ -271,7 +271,7 @@ def test_nodes_without_the_system_python_get_the_portable_command_in_a_second_st
             return result(stdout=_only("node001"), stderr=stderr, returncode=2)
         return result(stdout=_only("node002"))
 
-    out = fan_out_srun("77", ["node001", "node002"], CollectOptions(timeout_s=30), runner=runner)
+    out = SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions(timeout_s=30))
     # THEN the first step ran the system Python directly on both nodes
     first, second = calls
     assert "--nodelist=node001,node002" in first[0]
@@ -292,6 +292,6 @@ def test_no_second_step_without_the_system_python_on_the_controller(monkeypatch)
         calls.append(list(argv))
         return result(stdout=REAL_STDOUT)
 
-    out = fan_out_srun("77", ["node001", "node002"], CollectOptions(), runner=runner)
+    out = SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
     assert len(calls) == 1 and calls[0][calls[0].index("--cpu-bind=none") + 1] == "/bin/sh"
     assert {o.status for o in out.nodes.values()} == {"ok"}

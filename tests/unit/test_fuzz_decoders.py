@@ -30,7 +30,7 @@ from slurmdiag.errors import ParseError
 from slurmdiag.parsers import job_log, nccl_log, net, nvidia_smi, pyspy, strace
 from slurmdiag.slurm import parse as slurm
 from slurmdiag.snapshot import Snapshot
-from slurmdiag.transport.collect import NodeOutcome
+from slurmdiag.transport.base import NodeOutcome
 from slurmdiag.transport.framing import decode_frames
 
 _COMMON = {

@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_api import _fake_attach, _outcomes
+from test_api import _fake_slurm, _nodes_answering, _unreachable
 
 from slurmdiag import api, cli
 from slurmdiag.analysis import analyze
 from slurmdiag.errors import OutputFailed
+from slurmdiag.options import AttachOptions
 from slurmdiag.safeio import RefusedPath, atomic_write, open_private_file
 from slurmdiag.snapshot import Snapshot
 
@@ -122,7 +123,7 @@ def test_attach_on_a_full_disk_exits_10_with_the_snapshot(
     monkeypatch, tmp_path: Path, capsys, as_json: bool
 ) -> None:
     # GIVEN an attach whose --out is on a full file system
-    _fake_attach(monkeypatch, lambda job_id, nodes, *rest: _outcomes(nodes))
+    _fake_slurm(monkeypatch, _nodes_answering(_unreachable))
     with _small_tmpfs(tmp_path / "full") as full:
         _fill(full)
         argv = ["attach", "42", "--out", str(full / "d"), "--samples", "1", "--strace", "0"]
@@ -154,9 +155,8 @@ def test_the_watchdog_goes_on_over_a_full_report_dir(tmp_path: Path) -> None:
     world.attach.snapshots[HEALTHY] = hung_snapshot
     kept: list[str] = []
 
-    def attach(job_id: str, **options: object) -> Snapshot:
-        out_dir = options.pop("out_dir", None)
-        snapshot = world.attach(job_id, **options)
+    def attach(job_id: str, options: AttachOptions, *, out_dir: Path | None = None) -> Snapshot:
+        snapshot = world.attach(job_id, options)
         if out_dir is not None:
             try:
                 return api.write_outputs(snapshot, Path(str(out_dir)), analyze(snapshot))

@@ -169,7 +169,7 @@ def test_fuzz_finding_a_lone_surrogate_in_nvidia_smi_xml() -> None:
 
 def test_fuzz_finding_a_node_document_of_the_wrong_shape_is_an_error_node() -> None:
     from slurmdiag.assemble import node_from_outcome
-    from slurmdiag.transport.collect import NodeOutcome
+    from slurmdiag.transport.base import NodeOutcome
 
     doc = json.loads((SLURM.parent / "collector" / "node001_simple_sleep.json").read_text())
     for key, value in (("nics", True), ("processes", [None]), ("tools", 3)):

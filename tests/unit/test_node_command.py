@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from slurmdiag.options import AttachOptions
 from slurmdiag.transport.collect import (
     COLLECTOR_LOADER,
     PAYLOAD_ENV,
     SYSTEM_PYTHON,
-    CollectOptions,
     collector_args,
     collector_payload,
     node_command,
@@ -31,7 +31,7 @@ from slurmdiag.transport.framing import decode_frames
 from slurmdiag.transport.ssh import ssh_command
 
 REPO = Path(__file__).resolve().parents[2]
-ARGS = {**collector_args("999999999", CollectOptions(samples=0, strace_s=0, timeout_s=7)),
+ARGS = {**collector_args("999999999", AttachOptions(strace_s=0, timeout_s=7)), "samples": 0,
         "node": "nodeX"}
 
 
@@ -189,7 +189,7 @@ def fake_python(path: Path, old: bool, prefix: str = FAKE_36) -> str:
     return str(path)
 
 
-def node_script(options: CollectOptions, system_python: str, controller_python: str) -> list[str]:
+def node_script(options: AttachOptions, system_python: str, controller_python: str) -> list[str]:
     """The node command with other paths for the system and the controller's interpreters."""
     argv = node_command("999999999", options, "nodeX")
     argv[2] = argv[2].replace(SYSTEM_PYTHON, system_python)
@@ -202,7 +202,7 @@ def this_python() -> str:
 
 
 def test_node_command_prefers_the_system_python(tmp_path):
-    argv = node_command("999999999", CollectOptions(node_cache=str(tmp_path)), "nodeX")
+    argv = node_command("999999999", AttachOptions(node_cache=str(tmp_path)), "nodeX")
     assert argv[:2] == ["/bin/sh", "-c"] and SYSTEM_PYTHON in argv[2]
     if os.access(SYSTEM_PYTHON, os.X_OK):
         done, frames = run(argv)
@@ -212,7 +212,7 @@ def test_node_command_prefers_the_system_python(tmp_path):
 
 
 def test_the_direct_form_runs_the_system_python_with_no_shell(tmp_path):
-    argv = node_command("999999999", CollectOptions(node_cache=str(tmp_path)), "nodeX", portable=False)
+    argv = node_command("999999999", AttachOptions(node_cache=str(tmp_path)), "nodeX", portable=False)
     # the system Python itself, the controller's interpreter as the loader's fallback
     assert argv[:5] == [SYSTEM_PYTHON, "-I", "-S", "-c", COLLECTOR_LOADER]
     assert argv[5] == os.path.realpath(getattr(sys, "_base_executable", sys.executable))
@@ -236,7 +236,7 @@ def test_an_old_python_whose_fallback_is_missing_tries_python3_on_path(tmp_path)
 
 def test_an_old_system_python_hands_over_to_the_controllers_interpreter(tmp_path):
     # GIVEN a node whose system Python is 3.6 (RHEL 8), and the controller's interpreter
-    argv = node_script(CollectOptions(node_cache=str(tmp_path)),
+    argv = node_script(AttachOptions(node_cache=str(tmp_path)),
                        fake_python(tmp_path / "python3.6", old=True),
                        fake_python(tmp_path / "python3.11", old=False))
     # THEN the loader re-runs itself with the controller's interpreter, which collects
@@ -246,7 +246,7 @@ def test_an_old_system_python_hands_over_to_the_controllers_interpreter(tmp_path
 
 
 def test_a_system_python_without_json_hands_over_too(tmp_path):
-    argv = node_script(CollectOptions(node_cache=str(tmp_path)),
+    argv = node_script(AttachOptions(node_cache=str(tmp_path)),
                        fake_python(tmp_path / "python3-minimal", old=True, prefix=FAKE_MINIMAL),
                        fake_python(tmp_path / "python3.11", old=False))
     done, frames = run(argv)
@@ -255,7 +255,7 @@ def test_a_system_python_without_json_hands_over_too(tmp_path):
 
 
 def test_a_missing_system_python_falls_back_too(tmp_path):
-    argv = node_script(CollectOptions(node_cache=str(tmp_path)), str(tmp_path / "no-such-python"),
+    argv = node_script(AttachOptions(node_cache=str(tmp_path)), str(tmp_path / "no-such-python"),
                        sys.executable)
     done, frames = run(argv)
     assert frames.documents["nodeX"]["python"] == this_python(), done.stderr[-500:]
@@ -263,15 +263,15 @@ def test_a_missing_system_python_falls_back_too(tmp_path):
 
 def test_an_old_python_with_nothing_to_hand_over_to_says_why_nothing_ran(tmp_path):
     old = fake_python(tmp_path / "python3.6", old=True)
-    for argv in (node_command("999999999", CollectOptions(node_python=old), "nodeX"),
-                 node_script(CollectOptions(), old, fake_python(tmp_path / "py2", old=True))):
+    for argv in (node_command("999999999", AttachOptions(node_python=old), "nodeX"),
+                 node_script(AttachOptions(), old, fake_python(tmp_path / "py2", old=True))):
         done, frames = run(argv)
         assert not frames.documents
         assert "slurmdiag: the collector needs Python 3.8+ with its json module, found 3.6.8" in done.stderr
 
 
 def test_ssh_runs_the_same_node_command_through_the_login_shell(tmp_path):
-    options = CollectOptions(node_cache=str(tmp_path))
+    options = AttachOptions(node_cache=str(tmp_path))
     line = ssh_command(options, "999999999", "nodeX")
     assert shlex.split(line) == node_command("999999999", options, "nodeX")
     done, frames = run(["/bin/sh", "-c", line])

@@ -17,7 +17,7 @@ from slurmdiag.probe.analysis import probe_verdicts
 from slurmdiag.probe.run import ProbeOptions, assemble_collective, assemble_probe, probe_argv
 from slurmdiag.report.render import render_html
 from slurmdiag.snapshot import Probe, ProbeLink, Snapshot
-from slurmdiag.transport.collect import NodeOutcome
+from slurmdiag.transport.base import NodeOutcome
 from slurmdiag.transport.framing import decode_frames
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "snapshots"

@@ -28,6 +28,7 @@ from slurmdiag.analysis import analyze
 from slurmdiag.cli import main
 from slurmdiag.config import NotifySettings, Settings, WatchSettings
 from slurmdiag.errors import JobNotRunning, TransportFailed
+from slurmdiag.options import AttachOptions
 from slurmdiag.slurm.parse import SlurmJob, parse_squeue_json
 from slurmdiag.snapshot import Snapshot, Verdict
 from slurmdiag.transport.run import CommandResult
@@ -160,18 +161,19 @@ def healthy_snapshot(job_id: str) -> Snapshot:
 class FakeAttach:
     """Stands in for slurmdiag.api.attach: real analysis of snapshots built in code.
 
-    With ``out_dir`` and ``report=True`` it writes report.html and snapshot.json like the real one.
+    With an ``out_dir`` it writes report.html and snapshot.json like the real one.
     """
 
     def __init__(self, snapshots: dict[str, Any], delay_s: float = 0.0) -> None:
         self.snapshots = snapshots
         self.delay_s = delay_s
-        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.calls: list[tuple[str, AttachOptions, Path | None]] = []
         self._lock = threading.Lock()
 
-    def __call__(self, job_id: str, **options: Any) -> Snapshot:
+    def __call__(self, job_id: str, options: AttachOptions, *, out_dir: Path | None = None
+                 ) -> Snapshot:
         with self._lock:
-            self.calls.append((job_id, options))
+            self.calls.append((job_id, options, out_dir))
         if self.delay_s:
             time.sleep(self.delay_s)
         make = self.snapshots[job_id]
@@ -179,19 +181,17 @@ class FakeAttach:
             raise make
         snapshot = make(job_id)
         snapshot = dataclasses.replace(snapshot, verdicts=analyze(snapshot).verdicts)
-        out_dir = options.get("out_dir")
         if out_dir is not None:
             out = Path(out_dir)
             out.mkdir(parents=True, exist_ok=True)
-            if options.get("report", True):
-                report = out / "report.html"
-                report.write_text(f"<html><body>report of job {job_id}</body></html>")
-                snapshot = dataclasses.replace(snapshot, report=str(report))
+            report = out / "report.html"
+            report.write_text(f"<html><body>report of job {job_id}</body></html>")
+            snapshot = dataclasses.replace(snapshot, report=str(report))
             (out / "snapshot.json").write_text(snapshot.to_json())
         return snapshot
 
     def jobs(self) -> list[str]:
-        return [job_id for job_id, _ in self.calls]
+        return [job_id for job_id, _, _ in self.calls]
 
 
 class ReportServer:
@@ -372,9 +372,11 @@ def test_only_confirmed_stuck_jobs_get_a_report(world: World) -> None:
     assert healthy.status == "not_stuck" and healthy.detail == "stacks are moving"
     assert not (world.tmp / "reports" / HEALTHY).exists()
     # The light attach samples (>= 2) and writes nothing; only the stuck job gets a full attach.
-    light = [o for j, o in world.attach.calls if "out_dir" not in o]
-    assert {o["samples"] for o in light} == {3} and all(o["strace_s"] == 0.0 for o in light)
-    assert [j for j, o in world.attach.calls if "out_dir" in o] == [HUNG]
+    light = [o for _, o, out_dir in world.attach.calls if out_dir is None]
+    assert {o.samples for o in light} == {3} and all(o.strace_s == 0.0 for o in light)
+    assert {o.interval_s for o in light} == {0.1} and {o.timeout_s for o in light} == {60.0}
+    full = [(j, o) for j, o, out_dir in world.attach.calls if out_dir is not None]
+    assert [j for j, _ in full] == [HUNG] and full[0][1] == AttachOptions(timeout_s=60.0)
 
 
 def test_500_then_200_is_retried_and_delivered_once(world: World) -> None:
@@ -501,7 +503,7 @@ def test_recently_checked_jobs_are_not_attached_again(world: World) -> None:
 def test_attach_budget_defers_the_rest(world: World) -> None:
     result = world.run(world.settings(max_jobs_per_run=1))
     assert sorted(o.status for o in result.outcomes) == ["deferred", "stuck"]
-    assert len({j for j, _ in world.attach.calls}) == 1
+    assert len({j for j, _, _ in world.attach.calls}) == 1
 
 
 def test_filters(world: World) -> None:
