@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 
 from slurmdiag.analysis.flight import flight_verdicts
 from slurmdiag.analysis.gpu import gpu_findings
+from slurmdiag.analysis.groups import WORLD, read_groups
 from slurmdiag.analysis.model import Analysis, RankView
 from slurmdiag.analysis.nic import nic_findings, watchdog_disagreement, watchdog_findings
 from slurmdiag.analysis.stacks import (
@@ -58,10 +59,11 @@ from slurmdiag.analysis.stacks import (
     format_int_ranges,
     function_site,
     is_user_file,
+    main_thread,
     merge_stacks,
 )
 from slurmdiag.slurm.parse import compress_hostlist
-from slurmdiag.snapshot import Frame, LogFinding, Snapshot, Verdict, WorkerProcess
+from slurmdiag.snapshot import Frame, LogFinding, Sample, Snapshot, Verdict, WorkerProcess
 from slurmdiag.vocabulary import severity_rank
 
 __all__ = ["HANG_KINDS", "diagnose"]
@@ -257,6 +259,8 @@ class _Status:
     op: str | None = None
     position: tuple[object, ...] | None = None
     info: StackInfo | None = None
+    group: str | None = None  # the process group of its collective, when read (groups.py)
+    members: tuple[int, ...] = ()  # that group's ranks
 
     @property
     def rank(self) -> int:
@@ -480,7 +484,7 @@ def _group_by(statuses: Iterable[_Status], key) -> dict[object, list[_Status]]: 
 
 def _where(s: _Status) -> str:
     if s.status == "waiting":
-        return f"{s.op} at {s.site}"
+        return f"{s.op}{f' on {s.group}' if s.group else ''} at {s.site}"
     if s.status == "busy":
         return f"{'moving in' if not s.digest.stationary else 'busy at'} {s.site}"
     if s.status == "blocked":
@@ -668,11 +672,22 @@ def _waits_alone(
         f"{_verb(culprits, 'its', 'their')} collective, the others in groups that "
         "wait together: a rank nobody waits with is the one the groups wait for"
     )
-    evidence.append(
-        "group membership is not visible in the stacks: if "
-        + "; ".join(f"{_where(g[0])} ({format_int_ranges(s.rank for s in g)})" for g in together)
-        + " is on the whole world and not a subgroup (new_group), those ranks diverged too"
-    )
+    read = all(s.group and s.members for s in waiting)
+    if read:
+        # who waits for whom: each class waits for its group's members that are not in it
+        for g in ranked:
+            there = {s.rank for s in g}
+            absent = [r for r in g[0].members if r not in there]
+            evidence.append(
+                f"{_ranks_label(there)} {_verb(list(there), 'waits', 'wait')} on {g[0].group} "
+                f"(ranks {format_int_ranges(g[0].members)}) for {_ranks_label(absent)}"
+            )
+    else:
+        evidence.append(
+            "group membership is not visible in the stacks: if "
+            + "; ".join(f"{_where(g[0])} ({format_int_ranges(s.rank for s in g)})" for g in together)
+            + " is on the whole world and not a subgroup (new_group), those ranks diverged too"
+        )
     evidence.extend(evidence_extra)
     return Verdict(
         kind="mismatched_collective",
@@ -691,6 +706,7 @@ def _waits_alone(
             "on the world while the others use a subgroup (new_group), or a rank-gated call; "
             "run with TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch name the mismatch"
         ),
+        confidence=None if read else "medium",
     )
 
 
@@ -1017,6 +1033,7 @@ def _hang_verdicts(
         ], False
 
     statuses, peer_note = _peer_waits(statuses)
+    statuses, group_notes = _with_groups(statuses, layout.world_size)
     by_status: dict[str, list[_Status]] = {}
     for s in statuses:
         by_status.setdefault(s.status, []).append(s)
@@ -1086,6 +1103,11 @@ def _hang_verdicts(
                     )
                 ],
             )
+    if group_notes:
+        verdicts = [
+            _with_evidence(v, group_notes) if v.kind == "mismatched_collective" else v
+            for v in verdicts
+        ]
     if peer_note:
         verdicts = [
             _with_evidence(v, [peer_note]) if v.kind in HANG_KINDS else v for v in verdicts
@@ -1096,6 +1118,8 @@ def _hang_verdicts(
     return verdicts, any(v.severity != "info" for v in verdicts)
 
 
+GROUPS_READ = "process groups read from the ranks' locals (py-spy --locals, new_group results)"
+GROUPS_INFERRED = "group membership inferred from where the ranks wait"
 _P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
                       "batch_isend_irecv"})
 _SOCKET_WCHAN = ("poll", "select", "epoll", "sk_wait", "tcp_", "unix_stream", "wait_woken", "inet_")
@@ -1148,6 +1172,51 @@ def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
     return out, note
 
 
+def _groups_sample(s: _Status) -> tuple[Sample | None, tuple[Frame, ...]]:
+    """The rank's sample read with --locals (the first round's) and its main thread's frames."""
+    for sample in s.digest.proc.samples:
+        if sample.groups:
+            thread = main_thread(sample, s.digest.proc.pid)
+            return sample, thread.frames if thread is not None else ()
+    return None, ()
+
+
+def _with_groups(statuses: list[_Status], world: int | None) -> tuple[list[_Status], list[str]]:
+    """Ranks waiting in collectives, keyed by their collective's process group too, when every
+    one's group was read from its locals (groups.py) and they are not all on one group: ranks
+    that wait at the same line on different groups do not wait with each other. Otherwise
+    nothing changes, and a note says the groups are inferred."""
+    waiting = [s for s in statuses if s.status == "waiting" and s.kind == "collective"]
+    if not waiting:
+        return statuses, []
+    view = read_groups(((s.rank, *_groups_sample(s)) for s in waiting), world)
+    unknown = [s.rank for s in waiting if s.rank not in view.collective]
+    if unknown:
+        return statuses, [
+            (f"{GROUPS_INFERRED}: process groups not read for {_ranks_label(unknown)} (no py-spy "
+             "--locals sample, or no new_group result in the job's own locals)")
+        ]
+    if len(set(view.collective.values())) < 2:
+        return statuses, [(f"{GROUPS_READ}: every waiting rank's collective is on "
+                           f"{next(iter(view.collective.values()))}")]
+    keyed = {id(s): s for s in waiting}
+    members = dict(view.members)
+    members[WORLD] = tuple(range(world)) if world else ()
+    out = [
+        replace(s, group=view.collective[s.rank], members=members[view.collective[s.rank]],
+                position=(view.collective[s.rank], *(s.position or ())))
+        if id(s) in keyed
+        else s
+        for s in statuses
+    ]
+    lines = [
+        f"{GROUPS_READ}: {name} = {format_int_ranges(ranks)}"
+        for name, ranks in view.members.items()
+        if name in set(view.collective.values())
+    ]
+    return out, lines or [f"{GROUPS_READ}: the collectives' groups differ"]
+
+
 def _with_confidence(verdict: Verdict, statuses: list[_Status]) -> Verdict:
     """Low confidence when the stacks the verdict rests on hold no frame of the job's code."""
     if verdict.kind not in HANG_KINDS:
@@ -1158,7 +1227,8 @@ def _with_confidence(verdict: Verdict, statuses: list[_Status]) -> Verdict:
     if not infos:
         return verdict
     if any(c.is_user for info in infos for c in info.classified):
-        return replace(verdict, confidence="high")
+        # "medium": a rule that rests on an inference the verdict names (group membership)
+        return replace(verdict, confidence=verdict.confidence or "high")
     frame = infos[0].top_frame
     return replace(
         verdict,

@@ -355,3 +355,53 @@ def test_two_ranks_stuck_in_one_socket_call_while_most_wait_in_all_reduce_are_st
     v = top(job(4, 2, stacks, overrides={3: wchan, 5: wchan}))
     # THEN they are the stragglers, not ranks the others wait with
     assert (v.kind, v.culprit_ranks) == ("straggler", (3, 5))
+
+
+# ------------------------------------------------------------------ process groups (locals)
+
+
+def without_group_locals(snapshot: Snapshot) -> Snapshot:
+    return map_ranks(snapshot, lambda r: replace(
+        r, samples=tuple(replace(s, groups=()) for s in r.samples)))
+
+
+def test_groups_read_from_locals_blame_the_rank_whose_call_fell_back_to_the_world() -> None:
+    # GIVEN the real snapshot of group_lookup_world: shard a = 0,3,5,6 and shard b = 1,2,4,7
+    # (dict of new_group results); ranks 0,3,6 in shard a's all_reduce at line 37, rank 5 at the
+    # SAME line on the world (groups.get missed), shard b in the world barrier
+    for snapshot in (load("group_lookup_world"), first_samples(load("group_lookup_world"))):
+        v = top(snapshot)
+        # THEN rank 5 alone, and the evidence names the group read and who waits for whom
+        assert (v.kind, v.culprit_ranks, v.confidence) == ("mismatched_collective", (5,), "high")
+        assert v.sites == ("/work/wt/i13/tests/scenarios/group_lookup_world.py:37",)
+        assert any("read from the ranks' locals" in e and "groups['a'] = 0,3,5-6" in e
+                   for e in v.evidence), v.evidence
+        assert "ranks 0,3,6 wait on train's groups['a'] (ranks 0,3,5-6) for rank 5" in v.evidence
+
+
+def test_without_the_locals_the_same_stacks_blame_the_wrong_shard() -> None:
+    # GIVEN the same snapshot with the group locals dropped (an old collector, a rank py-spy
+    # could not read with --locals): by stacks alone it is 4 ranks at line 37 vs 4 in a barrier
+    v = top(without_group_locals(load("group_lookup_world")))
+    # THEN the inference blames shard b, and the verdict says the groups were inferred
+    assert v.culprit_ranks == (1, 2, 4, 7)
+    assert any(e.startswith("group membership inferred") for e in v.evidence), v.evidence
+
+
+def test_a_name_holding_a_group_on_every_rank_is_not_a_membership_record() -> None:
+    from slurmdiag.analysis.groups import read_groups
+    from slurmdiag.snapshot import Frame
+
+    # GIVEN `half = evens if even else odds` (a group on every rank) and `evens` (-100 on odds)
+    frames = (Frame("train", "/job/train.py", 40),)
+
+    def sample(rank: int) -> Sample:
+        evens = "<torch._C._distributed_c10d.ProcessGroup at 0x1>" if rank % 2 == 0 else "-100"
+        return Sample(t=0.0, groups=(
+            (0, "evens", evens), (0, "half", "<torch._C._distributed_c10d.ProcessGroup at 0x2>")))
+
+    view = read_groups(((r, sample(r), frames) for r in range(4)), 4)
+    # THEN only evens is a record, with its members
+    assert dict(view.members) == {"train's evens": (0, 2)}
+    # AND a record missing on one rank (its locals not read) is not complete: not used
+    assert read_groups(((r, sample(r), frames) for r in range(3)), 4).members == {}
