@@ -16,7 +16,10 @@
    library code and active, CPU >= 50 %, or moving), *dead* (zombie) and, from the world size,
    *missing* (no process although its node reported) or *unknown* (its node failed to report).
 4. The culprits are the ranks that explain why the waiting ones wait, most specific first:
-   ``missing_rank`` (dead or missing), ``straggler`` (blocked), ``spinning`` (busy). If every
+   ``missing_rank`` (dead or missing), ``straggler`` (blocked), ``spinning`` (busy; but
+   ``slow_step``, info, when the busy ranks are fewer than the waiting ones, all in native code
+   without the GIL on one line for less than LONG_STEP_S of samples, on nodes without GPUs: a
+   compute step longer than the look is the same sight). If every
    known rank waits: one collective position -> ``all_waiting`` (the cause is below Python);
    several -> ``mismatched_collective``, where the minority is the culprit. Ranks py-spy could
    not read while all others wait in one collective are suspects (``straggler``, warning). When
@@ -108,6 +111,11 @@ NEXT_STEPS = {
         "the rank loops in its own code and never reaches the collective the others wait in: "
         "look in that function for a loop or retry whose exit depends on the rank or its data; "
         "the other ranks are only waiting for it"
+    ),
+    "slow_step": (
+        "attach again in a minute, or with a longer look (--samples 3 --interval 30): a rank "
+        "still on that line is hung in native code (py-spy dump --native --pid PID shows the "
+        "C++ frames); if the job's step counter moves, the step is only slow"
     ),
     "no_ranks": (
         "check that the job is still running (squeue) and that its processes are Python "
@@ -236,6 +244,9 @@ _LOOP_MACHINERY = (
     "_tensor.py",
 )
 BUSY_CPU_PERCENT = 50.0
+# A busy rank seen on one line in native code for less than this is not called spinning: a
+# compute step can last that long (the samples span 2 s by default).
+LONG_STEP_S = 60.0
 # Measured between samples: a thread parked in a wait uses 0 ticks and one that polls (sleep,
 # check, sleep) well under 1 % of a core; one that computes gets its share of the cores, which
 # on a crowded node is small (5-7 % measured for 4 computing ranks among ~30 busy processes on
@@ -782,6 +793,44 @@ def _spinning(busy: list[_Status], waiting: list[_Status], severity: str) -> Ver
     )
 
 
+def _native_step(s: _Status) -> bool:
+    """Busy on one line in native code (its main thread active without the GIL in every sample:
+    a tensor kernel or a C call that released it) for less than LONG_STEP_S of samples."""
+    samples = [x for x in s.digest.proc.samples if x.threads]
+    if not samples or not s.digest.stationary:
+        return False
+    span = samples[-1].t - samples[0].t
+    if span >= LONG_STEP_S:
+        return False
+    threads = [main_thread(x, s.digest.proc.pid) for x in samples]
+    return all(t is not None and t.active and not t.owns_gil for t in threads)
+
+
+def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
+    """The spin rule's exception: fewer ranks computing in native code on one line, seen for
+    less than LONG_STEP_S, than ranks waiting for them, and no GPU: a compute step longer than
+    the look is the same sight, so it is said (info, low confidence) and never alarms. A spin in
+    Python holds the GIL; ranks hung at a CUDA sync (NCCL) are on GPU nodes."""
+    verdict = _spinning(busy, waiting, "info")
+    samples = max(len(s.digest.proc.samples) for s in busy)
+    span = max((s.digest.proc.samples[-1].t - s.digest.proc.samples[0].t) for s in busy)
+    ranks = [s.rank for s in busy]
+    return replace(
+        verdict,
+        kind="slow_step",
+        confidence="low",
+        summary="a slow step or a hang, cannot tell: " + verdict.summary,
+        evidence=verdict.evidence
+        + (
+            f"{_ranks_label(ranks)} {_verb(ranks, 'computes', 'compute')} in native code (main "
+            f"thread active without the GIL, on one line) in {samples} sample(s) over "
+            f"{span:.1f} s: a compute step longer than that looks the same as a hang; a loop "
+            "spinning in Python holds the GIL and is called spinning",
+        ),
+        next_step=NEXT_STEPS["slow_step"],
+    )
+
+
 def _unsampled_straggler(unsampled: list[_Status], waiting: list[_Status]) -> Verdict:
     """Everyone waits in one collective except ranks py-spy could not read: suspect those."""
     ranks = [s.rank for s in unsampled]
@@ -1086,7 +1135,14 @@ def _hang_verdicts(
     if blocked and (waiting or dead or layout.missing):
         verdicts.append(_straggler(blocked, waiting, severity))
     if busy and (waiting or dead or layout.missing):
-        verdicts.append(_spinning(busy, waiting, severity))
+        native = [s for s in busy if _native_step(s)]
+        gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
+        # one slow rank waited for by the rest, on CPU: with NCCL a hung collective surfaces
+        # as ranks busy without the GIL at the next sync (.item()), and that stays "spinning"
+        if len(native) == len(busy) < len(waiting) and not verdicts and not gpus:
+            verdicts.append(_slow_step(busy, waiting))
+        else:
+            verdicts.append(_spinning(busy, waiting, severity))
     if not verdicts and unsampled and waiting and len({s.position for s in waiting}) == 1:
         verdicts.append(_unsampled_straggler(unsampled, waiting))
     if not verdicts:

@@ -405,3 +405,38 @@ def test_a_name_holding_a_group_on_every_rank_is_not_a_membership_record() -> No
     assert dict(view.members) == {"train's evens": (0, 2)}
     # AND a record missing on one rank (its locals not read) is not complete: not used
     assert read_groups(((r, sample(r), frames) for r in range(3)), 4).members == {}
+
+
+# ------------------------------------------------------- a slow native step is not a spin
+
+
+def slow_native_step() -> Snapshot:
+    """slow_but_moving with --samples 1, real: rank 3 in its 2.5 s tensor loop (active, GIL
+    released), ranks 0-2 in the gradient all_reduce; a warning `spinning` before this rule."""
+    return Snapshot.from_json((ACCURACY / "slow_but_moving.samples1.false_alarm.json").read_text())
+
+
+def test_one_rank_computing_in_native_code_for_a_short_look_never_alarms() -> None:
+    v = top(slow_native_step())
+    # THEN no hang severity: said as a slow step or a hang, with low confidence and why
+    assert (v.kind, v.severity, v.confidence, v.culprit_ranks) == ("slow_step", "info", "low", (3,))
+    assert any("without the GIL" in e for e in v.evidence), v.evidence
+
+
+def test_a_python_spin_holds_the_gil_and_is_still_spinning_with_one_sample() -> None:
+    # GIVEN the real spinning_rank snapshot with --samples 1 (rank 3 in random.randrange)
+    v = top(load("spinning_rank_samples1"))
+    assert (v.kind, v.severity, v.culprit_ranks) == ("spinning", "warning", (3,))
+
+
+def test_a_native_hang_looked_at_long_enough_is_spinning() -> None:
+    # GIVEN the same native busy rank, seen on one line in samples 60 s apart (what the rule
+    # misses with the default 2 s look: a rank hung in native code on CPU)
+    def longer(rank):  # type: ignore[no-untyped-def]
+        first = rank.samples[0]
+        return replace(rank, samples=(first, replace(first, t=first.t + 60.0)))
+
+    v = top(map_ranks(slow_native_step(), longer))
+    # THEN it is called spinning again
+    assert (v.kind, v.culprit_ranks) == ("spinning", (3,))
+    assert v.severity in ("warning", "critical")
