@@ -29,14 +29,15 @@
 
 Majority logic has no "first rank is right" bias: ranks are grouped by where they wait (op and
 call path), the largest group is the reference, every other group is a culprit. When the largest
-groups tie (2 ranks split 1:1, two nodes split 4:4) the least suspicious of them is the
-reference. Suspicion: +2 when the collective is a barrier or an object collective (the usual
-extra call on a rank-gated logging/eval/checkpoint path, D21/D23), +1 when a user frame on the
-way is named like such a path (save, checkpoint, eval, log, print, metric, ...), +1 when the
-group holds global rank 0 (``if rank == 0:`` is the classic gate), -1 when the collective is
-issued by the training machinery (DDP, FSDP, DeepSpeed engine, autograd, optimizer): that is the
-loop's usual site. If the least suspicious group is not unique, every tied group is named and
-the summary says it could not tell which side diverged.
+groups tie (2 ranks split 1:1, two nodes split 4:4) the first sign of TIE_RULES that one side
+shows and the other does not decides, in this order: point-to-point (send/recv waits on one peer:
+a deadlocked pair), a barrier or object collective (the usual extra call on a rank-gated
+logging/eval/checkpoint path, D21/D23), not issued by the training machinery (DDP, FSDP,
+DeepSpeed engine, autograd, optimizer issue the loop's usual collective), a user frame named like
+such a path (save, checkpoint, eval, log, print, metric, ...), holding global rank 0 (``if rank
+== 0:`` is the classic gate). The verdict's evidence names the sign that decided. When no sign
+tells them apart, every tied group is named and the summary says it could not tell which side
+diverged.
 
 With a single sample per rank a hang cannot be told from a slow step: hang verdicts are then
 warnings. Ranks on nodes that failed to report are listed as unknown and lower confidence.
@@ -581,34 +582,52 @@ def _waits_on_thread(s: _Status) -> str:
 # the rules
 
 
-def _tie_score(group: list[_Status]) -> int:
+# Ties between equally large groups, decided by the first of these signs that one side has and
+# the other has not (the side with it is the culprit); each is a sign of the extra call of a
+# diverged path, in order of how much it says:
+TIE_RULES = (
+    "point-to-point (send/recv waits on one peer: a deadlocked pair, the others wait for it)",
+    ("barrier or object collective (the usual extra call of a rank-gated logging, eval or "
+     "checkpoint path)"),
+    ("not the training machinery's collective (DDP, FSDP, autograd, optimizer, DeepSpeed "
+     "issue the loop's usual one)"),
+    "a frame of the job named like a side path (save, checkpoint, eval, log, metric, ...)",
+    "holds rank 0 (`if rank == 0:` is the classic gate)",
+)
+
+
+def _tie_signs(group: list[_Status]) -> tuple[bool, ...]:
+    """Which of TIE_RULES the group shows, in their order."""
     info = group[0].info
-    score = 0
     op = group[0].op or ""
-    if op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")):
-        score += 2
-    if op in _P2P_OPS:
-        # point-to-point waits are pairwise: ranks in send/recv wait for each other (a
-        # deadlocked pair), the ones in a collective wait for them
-        score += 2
-    if info is not None:
-        user = [c.frame for c in info.classified if c.is_user]
-        if any(_SIDE_EFFECT_RE.search(f.function) for f in user):
-            score += 1
-        files = [f.file for f in info.frames]
-        if any(marker in file for file in files for marker in _LOOP_MACHINERY):
-            score -= 1
-    if any(s.rank == 0 for s in group):
-        score += 1
-    return score
+    user = [c.frame for c in info.classified if c.is_user] if info is not None else []
+    files = [f.file for f in info.frames] if info is not None else []
+    return (
+        op in _P2P_OPS,
+        op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")),
+        not any(marker in file for file in files for marker in _LOOP_MACHINERY),
+        any(_SIDE_EFFECT_RE.search(f.function) for f in user),
+        any(s.rank == 0 for s in group),
+    )
+
+
+def _tie_rule(first: list[_Status], second: list[_Status]) -> str | None:
+    """The first of TIE_RULES that tells the two groups apart, or None."""
+    for rule, a, b in zip(TIE_RULES, _tie_signs(first), _tie_signs(second)):
+        if a != b:
+            return rule
+    return None
 
 
 def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str) -> Verdict:
     groups = list(_group_by(waiting, lambda s: s.position).values())
     # The reference is the largest group; among equally large ones the least suspicious.
-    ranked = sorted(groups, key=lambda g: (-len(g), _tie_score(g), g[0].rank))
+    # the reference: the largest group; among equally large ones the one without the first
+    # sign of TIE_RULES that tells them apart (tuples of booleans sort False first)
+    ranked = sorted(groups, key=lambda g: (-len(g), _tie_signs(g), g[0].rank))
     first, second = ranked[0], ranked[1]
-    ambiguous = len(first) == len(second) and _tie_score(first) == _tie_score(second)
+    rule = _tie_rule(first, second) if len(first) == len(second) else None
+    ambiguous = len(first) == len(second) and rule is None
     evidence = _group_evidence(waiting)
     alone = [g for g in groups if len(g) == 1]
     together = [g for g in ranked[1:] if len(g) > 1]
@@ -624,7 +643,8 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
         culprit_groups = tied
         reference: list[_Status] = []
         evidence.append(
-            f"tie: {len(tied)} groups of {len(first)} ranks and no sign of which one diverged"
+            f"tie: {len(tied)} groups of {len(first)} ranks and no sign of which one diverged "
+            f"(none of: {'; '.join(TIE_RULES)})"
         )
     else:
         reference = first
@@ -632,9 +652,9 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
         culprits = sorted(s.rank for g in culprit_groups for s in g)
         if len(first) == len(second):
             evidence.append(
-                f"tie between groups of {len(first)}: {_ranks_label(s.rank for s in second)} "
-                f"looks less like the loop's usual collective (barrier/object collective, "
-                f"logging or checkpoint path, or rank 0) and is taken as the culprit"
+                f"tie between groups of {len(first)}, decided by the first sign that tells them "
+                f"apart ({TIE_RULES.index(str(rule)) + 1} of {len(TIE_RULES)}): "
+                f"{_ranks_label(s.rank for s in second)}: {rule}; taken as the culprit"
             )
     ops = {g[0].op for g in groups}
     same_op = len(ops) == 1
@@ -654,7 +674,10 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
         summary = f"{halves}: the ranks called {how}; cannot tell which side diverged"
     evidence.extend(evidence_extra)
     sites = _unique(s.site for s in sorted(culprit_statuses, key=lambda s: s.rank))
+    # a tie decided by rank 0 alone is a guess: said, and the confidence says it
+    weak = reference and rule == TIE_RULES[-1]
     return Verdict(
+        confidence="medium" if weak else None,
         kind="mismatched_collective",
         severity=severity,
         summary=summary,
@@ -815,18 +838,18 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
     samples = max(len(s.digest.proc.samples) for s in busy)
     span = max((s.digest.proc.samples[-1].t - s.digest.proc.samples[0].t) for s in busy)
     ranks = [s.rank for s in busy]
+    why = (
+        f"{_ranks_label(ranks)} {_verb(ranks, 'computes', 'compute')} in native code (main "
+        f"thread active without the GIL, on one line) in {samples} sample(s) over "
+        f"{span:.1f} s: a compute step longer than that looks the same as a hang; a loop "
+        "spinning in Python holds the GIL and is called spinning"
+    )
     return replace(
         verdict,
         kind="slow_step",
         confidence="low",
         summary="a slow step or a hang, cannot tell: " + verdict.summary,
-        evidence=verdict.evidence
-        + (
-            f"{_ranks_label(ranks)} {_verb(ranks, 'computes', 'compute')} in native code (main "
-            f"thread active without the GIL, on one line) in {samples} sample(s) over "
-            f"{span:.1f} s: a compute step longer than that looks the same as a hang; a loop "
-            "spinning in Python holds the GIL and is called spinning",
-        ),
+        evidence=(*verdict.evidence, why),
         next_step=NEXT_STEPS["slow_step"],
     )
 
