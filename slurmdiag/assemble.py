@@ -88,9 +88,21 @@ def _samples(raw: Any) -> tuple[Sample, ...]:
                 and len(counters) == 4
                 and all(isinstance(v, int) for v in counters)
                 else None,
+                groups=_group_locals(item.get("groups")),
             )
         )
     return tuple(samples)
+
+
+def _group_locals(raw: Any) -> tuple[tuple[int, str, str], ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(
+        (item[0], item[1], item[2])
+        for item in raw
+        if isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
+        and not isinstance(item[0], bool) and isinstance(item[1], str) and isinstance(item[2], str)
+    )
 
 
 def _strace(raw: Mapping[str, Any] | None) -> StraceSummary | None:

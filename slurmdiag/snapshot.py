@@ -53,6 +53,9 @@ class Sample:
     error: str | None = None
     cpu_s: float | None = None  # utime+stime of the whole process when sampled
     io: tuple[int, ...] | None = None  # (rchar, wchar, read_bytes, write_bytes) of /proc/PID/io
+    # (frame index in the main thread, local name, repr): the process-group locals of the
+    # first round's py-spy --locals (collector's group_locals), () when not read
+    groups: tuple[tuple[int, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -448,6 +451,10 @@ def from_jsonable(tp: Any, value: Any, frames: dict[tuple, Frame] | None = None)
         if not isinstance(value, list):
             raise ParseError(f"snapshot value {_shown(value)} is not a list")
         args = typing.get_args(tp)
+        if len(args) > 1 and args[-1] is not Ellipsis:  # tuple[int, str, str]: one type each
+            if len(value) != len(args):
+                raise ParseError(f"snapshot value {_shown(value)} is not a {tp}")
+            return tuple(from_jsonable(t, v, frames) for t, v in zip(args, value))
         item_type = args[0] if args else Any
         return tuple(from_jsonable(item_type, v, frames) for v in value)
     if origin is dict:

@@ -16,7 +16,10 @@
    library code and active, CPU >= 50 %, or moving), *dead* (zombie) and, from the world size,
    *missing* (no process although its node reported) or *unknown* (its node failed to report).
 4. The culprits are the ranks that explain why the waiting ones wait, most specific first:
-   ``missing_rank`` (dead or missing), ``straggler`` (blocked), ``spinning`` (busy). If every
+   ``missing_rank`` (dead or missing), ``straggler`` (blocked), ``spinning`` (busy; but
+   ``slow_step``, info, when the busy ranks are fewer than the waiting ones, all in native code
+   without the GIL on one line for less than LONG_STEP_S of samples, on nodes without GPUs: a
+   compute step longer than the look is the same sight). If every
    known rank waits: one collective position -> ``all_waiting`` (the cause is below Python);
    several -> ``mismatched_collective``, where the minority is the culprit. Ranks py-spy could
    not read while all others wait in one collective are suspects (``straggler``, warning). When
@@ -26,14 +29,15 @@
 
 Majority logic has no "first rank is right" bias: ranks are grouped by where they wait (op and
 call path), the largest group is the reference, every other group is a culprit. When the largest
-groups tie (2 ranks split 1:1, two nodes split 4:4) the least suspicious of them is the
-reference. Suspicion: +2 when the collective is a barrier or an object collective (the usual
-extra call on a rank-gated logging/eval/checkpoint path, D21/D23), +1 when a user frame on the
-way is named like such a path (save, checkpoint, eval, log, print, metric, ...), +1 when the
-group holds global rank 0 (``if rank == 0:`` is the classic gate), -1 when the collective is
-issued by the training machinery (DDP, FSDP, DeepSpeed engine, autograd, optimizer): that is the
-loop's usual site. If the least suspicious group is not unique, every tied group is named and
-the summary says it could not tell which side diverged.
+groups tie (2 ranks split 1:1, two nodes split 4:4) the first sign of TIE_RULES that one side
+shows and the other does not decides, in this order: point-to-point (send/recv waits on one peer:
+a deadlocked pair), a barrier or object collective (the usual extra call on a rank-gated
+logging/eval/checkpoint path, D21/D23), not issued by the training machinery (DDP, FSDP,
+DeepSpeed engine, autograd, optimizer issue the loop's usual collective), a user frame named like
+such a path (save, checkpoint, eval, log, print, metric, ...), holding global rank 0 (``if rank
+== 0:`` is the classic gate). The verdict's evidence names the sign that decided. When no sign
+tells them apart, every tied group is named and the summary says it could not tell which side
+diverged.
 
 With a single sample per rank a hang cannot be told from a slow step: hang verdicts are then
 warnings. Ranks on nodes that failed to report are listed as unknown and lower confidence.
@@ -48,6 +52,7 @@ from dataclasses import dataclass, replace
 
 from slurmdiag.analysis.flight import flight_verdicts
 from slurmdiag.analysis.gpu import gpu_findings
+from slurmdiag.analysis.groups import WORLD, read_groups
 from slurmdiag.analysis.model import Analysis, RankView
 from slurmdiag.analysis.nic import nic_findings, watchdog_disagreement, watchdog_findings
 from slurmdiag.analysis.stacks import (
@@ -58,10 +63,11 @@ from slurmdiag.analysis.stacks import (
     format_int_ranges,
     function_site,
     is_user_file,
+    main_thread,
     merge_stacks,
 )
 from slurmdiag.slurm.parse import compress_hostlist
-from slurmdiag.snapshot import Frame, LogFinding, Snapshot, Verdict, WorkerProcess
+from slurmdiag.snapshot import Frame, LogFinding, Sample, Snapshot, Verdict, WorkerProcess
 from slurmdiag.vocabulary import severity_rank
 
 __all__ = ["HANG_KINDS", "diagnose"]
@@ -106,6 +112,11 @@ NEXT_STEPS = {
         "the rank loops in its own code and never reaches the collective the others wait in: "
         "look in that function for a loop or retry whose exit depends on the rank or its data; "
         "the other ranks are only waiting for it"
+    ),
+    "slow_step": (
+        "attach again in a minute, or with a longer look (--samples 3 --interval 30): a rank "
+        "still on that line is hung in native code (py-spy dump --native --pid PID shows the "
+        "C++ frames); if the job's step counter moves, the step is only slow"
     ),
     "no_ranks": (
         "check that the job is still running (squeue) and that its processes are Python "
@@ -234,6 +245,9 @@ _LOOP_MACHINERY = (
     "_tensor.py",
 )
 BUSY_CPU_PERCENT = 50.0
+# A busy rank seen on one line in native code for less than this is not called spinning: a
+# compute step can last that long (the samples span 2 s by default).
+LONG_STEP_S = 60.0
 # Measured between samples: a thread parked in a wait uses 0 ticks and one that polls (sleep,
 # check, sleep) well under 1 % of a core; one that computes gets its share of the cores, which
 # on a crowded node is small (5-7 % measured for 4 computing ranks among ~30 busy processes on
@@ -257,6 +271,8 @@ class _Status:
     op: str | None = None
     position: tuple[object, ...] | None = None
     info: StackInfo | None = None
+    group: str | None = None  # the process group of its collective, when read (groups.py)
+    members: tuple[int, ...] = ()  # that group's ranks
 
     @property
     def rank(self) -> int:
@@ -480,7 +496,7 @@ def _group_by(statuses: Iterable[_Status], key) -> dict[object, list[_Status]]: 
 
 def _where(s: _Status) -> str:
     if s.status == "waiting":
-        return f"{s.op} at {s.site}"
+        return f"{s.op}{f' on {s.group}' if s.group else ''} at {s.site}"
     if s.status == "busy":
         return f"{'moving in' if not s.digest.stationary else 'busy at'} {s.site}"
     if s.status == "blocked":
@@ -566,34 +582,52 @@ def _waits_on_thread(s: _Status) -> str:
 # the rules
 
 
-def _tie_score(group: list[_Status]) -> int:
+# Ties between equally large groups, decided by the first of these signs that one side has and
+# the other has not (the side with it is the culprit); each is a sign of the extra call of a
+# diverged path, in order of how much it says:
+TIE_RULES = (
+    "point-to-point (send/recv waits on one peer: a deadlocked pair, the others wait for it)",
+    ("barrier or object collective (the usual extra call of a rank-gated logging, eval or "
+     "checkpoint path)"),
+    ("not the training machinery's collective (DDP, FSDP, autograd, optimizer, DeepSpeed "
+     "issue the loop's usual one)"),
+    "a frame of the job named like a side path (save, checkpoint, eval, log, metric, ...)",
+    "holds rank 0 (`if rank == 0:` is the classic gate)",
+)
+
+
+def _tie_signs(group: list[_Status]) -> tuple[bool, ...]:
+    """Which of TIE_RULES the group shows, in their order."""
     info = group[0].info
-    score = 0
     op = group[0].op or ""
-    if op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")):
-        score += 2
-    if op in _P2P_OPS:
-        # point-to-point waits are pairwise: ranks in send/recv wait for each other (a
-        # deadlocked pair), the ones in a collective wait for them
-        score += 2
-    if info is not None:
-        user = [c.frame for c in info.classified if c.is_user]
-        if any(_SIDE_EFFECT_RE.search(f.function) for f in user):
-            score += 1
-        files = [f.file for f in info.frames]
-        if any(marker in file for file in files for marker in _LOOP_MACHINERY):
-            score -= 1
-    if any(s.rank == 0 for s in group):
-        score += 1
-    return score
+    user = [c.frame for c in info.classified if c.is_user] if info is not None else []
+    files = [f.file for f in info.frames] if info is not None else []
+    return (
+        op in _P2P_OPS,
+        op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")),
+        not any(marker in file for file in files for marker in _LOOP_MACHINERY),
+        any(_SIDE_EFFECT_RE.search(f.function) for f in user),
+        any(s.rank == 0 for s in group),
+    )
+
+
+def _tie_rule(first: list[_Status], second: list[_Status]) -> str | None:
+    """The first of TIE_RULES that tells the two groups apart, or None."""
+    for rule, a, b in zip(TIE_RULES, _tie_signs(first), _tie_signs(second)):
+        if a != b:
+            return rule
+    return None
 
 
 def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str) -> Verdict:
     groups = list(_group_by(waiting, lambda s: s.position).values())
     # The reference is the largest group; among equally large ones the least suspicious.
-    ranked = sorted(groups, key=lambda g: (-len(g), _tie_score(g), g[0].rank))
+    # the reference: the largest group; among equally large ones the one without the first
+    # sign of TIE_RULES that tells them apart (tuples of booleans sort False first)
+    ranked = sorted(groups, key=lambda g: (-len(g), _tie_signs(g), g[0].rank))
     first, second = ranked[0], ranked[1]
-    ambiguous = len(first) == len(second) and _tie_score(first) == _tie_score(second)
+    rule = _tie_rule(first, second) if len(first) == len(second) else None
+    ambiguous = len(first) == len(second) and rule is None
     evidence = _group_evidence(waiting)
     alone = [g for g in groups if len(g) == 1]
     together = [g for g in ranked[1:] if len(g) > 1]
@@ -609,7 +643,8 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
         culprit_groups = tied
         reference: list[_Status] = []
         evidence.append(
-            f"tie: {len(tied)} groups of {len(first)} ranks and no sign of which one diverged"
+            f"tie: {len(tied)} groups of {len(first)} ranks and no sign of which one diverged "
+            f"(none of: {'; '.join(TIE_RULES)})"
         )
     else:
         reference = first
@@ -617,9 +652,9 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
         culprits = sorted(s.rank for g in culprit_groups for s in g)
         if len(first) == len(second):
             evidence.append(
-                f"tie between groups of {len(first)}: {_ranks_label(s.rank for s in second)} "
-                f"looks less like the loop's usual collective (barrier/object collective, "
-                f"logging or checkpoint path, or rank 0) and is taken as the culprit"
+                f"tie between groups of {len(first)}, decided by the first sign that tells them "
+                f"apart ({TIE_RULES.index(str(rule)) + 1} of {len(TIE_RULES)}): "
+                f"{_ranks_label(s.rank for s in second)}: {rule}; taken as the culprit"
             )
     ops = {g[0].op for g in groups}
     same_op = len(ops) == 1
@@ -639,7 +674,10 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
         summary = f"{halves}: the ranks called {how}; cannot tell which side diverged"
     evidence.extend(evidence_extra)
     sites = _unique(s.site for s in sorted(culprit_statuses, key=lambda s: s.rank))
+    # a tie decided by rank 0 alone is a guess: said, and the confidence says it
+    weak = reference and rule == TIE_RULES[-1]
     return Verdict(
+        confidence="medium" if weak else None,
         kind="mismatched_collective",
         severity=severity,
         summary=summary,
@@ -668,11 +706,22 @@ def _waits_alone(
         f"{_verb(culprits, 'its', 'their')} collective, the others in groups that "
         "wait together: a rank nobody waits with is the one the groups wait for"
     )
-    evidence.append(
-        "group membership is not visible in the stacks: if "
-        + "; ".join(f"{_where(g[0])} ({format_int_ranges(s.rank for s in g)})" for g in together)
-        + " is on the whole world and not a subgroup (new_group), those ranks diverged too"
-    )
+    read = all(s.group and s.members for s in waiting)
+    if read:
+        # who waits for whom: each class waits for its group's members that are not in it
+        for g in ranked:
+            there = {s.rank for s in g}
+            absent = [r for r in g[0].members if r not in there]
+            evidence.append(
+                f"{_ranks_label(there)} {_verb(list(there), 'waits', 'wait')} on {g[0].group} "
+                f"(ranks {format_int_ranges(g[0].members)}) for {_ranks_label(absent)}"
+            )
+    else:
+        evidence.append(
+            "group membership is not visible in the stacks: if "
+            + "; ".join(f"{_where(g[0])} ({format_int_ranges(s.rank for s in g)})" for g in together)
+            + " is on the whole world and not a subgroup (new_group), those ranks diverged too"
+        )
     evidence.extend(evidence_extra)
     return Verdict(
         kind="mismatched_collective",
@@ -691,6 +740,7 @@ def _waits_alone(
             "on the world while the others use a subgroup (new_group), or a rank-gated call; "
             "run with TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch name the mismatch"
         ),
+        confidence=None if read else "medium",
     )
 
 
@@ -763,6 +813,44 @@ def _spinning(busy: list[_Status], waiting: list[_Status], severity: str) -> Ver
         sites=_unique(site for s in busy for site in _busy_sites(s)),
         evidence=tuple(evidence),
         next_step=NEXT_STEPS["spinning"],
+    )
+
+
+def _native_step(s: _Status) -> bool:
+    """Busy on one line in native code (its main thread active without the GIL in every sample:
+    a tensor kernel or a C call that released it) for less than LONG_STEP_S of samples."""
+    samples = [x for x in s.digest.proc.samples if x.threads]
+    if not samples or not s.digest.stationary:
+        return False
+    span = samples[-1].t - samples[0].t
+    if span >= LONG_STEP_S:
+        return False
+    threads = [main_thread(x, s.digest.proc.pid) for x in samples]
+    return all(t is not None and t.active and not t.owns_gil for t in threads)
+
+
+def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
+    """The spin rule's exception: fewer ranks computing in native code on one line, seen for
+    less than LONG_STEP_S, than ranks waiting for them, and no GPU: a compute step longer than
+    the look is the same sight, so it is said (info, low confidence) and never alarms. A spin in
+    Python holds the GIL; ranks hung at a CUDA sync (NCCL) are on GPU nodes."""
+    verdict = _spinning(busy, waiting, "info")
+    samples = max(len(s.digest.proc.samples) for s in busy)
+    span = max((s.digest.proc.samples[-1].t - s.digest.proc.samples[0].t) for s in busy)
+    ranks = [s.rank for s in busy]
+    why = (
+        f"{_ranks_label(ranks)} {_verb(ranks, 'computes', 'compute')} in native code (main "
+        f"thread active without the GIL, on one line) in {samples} sample(s) over "
+        f"{span:.1f} s: a compute step longer than that looks the same as a hang; a loop "
+        "spinning in Python holds the GIL and is called spinning"
+    )
+    return replace(
+        verdict,
+        kind="slow_step",
+        confidence="low",
+        summary="a slow step or a hang, cannot tell: " + verdict.summary,
+        evidence=(*verdict.evidence, why),
+        next_step=NEXT_STEPS["slow_step"],
     )
 
 
@@ -1017,6 +1105,7 @@ def _hang_verdicts(
         ], False
 
     statuses, peer_note = _peer_waits(statuses)
+    statuses, group_notes = _with_groups(statuses, layout.world_size)
     by_status: dict[str, list[_Status]] = {}
     for s in statuses:
         by_status.setdefault(s.status, []).append(s)
@@ -1069,7 +1158,14 @@ def _hang_verdicts(
     if blocked and (waiting or dead or layout.missing):
         verdicts.append(_straggler(blocked, waiting, severity))
     if busy and (waiting or dead or layout.missing):
-        verdicts.append(_spinning(busy, waiting, severity))
+        native = [s for s in busy if _native_step(s)]
+        gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
+        # one slow rank waited for by the rest, on CPU: with NCCL a hung collective surfaces
+        # as ranks busy without the GIL at the next sync (.item()), and that stays "spinning"
+        if len(native) == len(busy) < len(waiting) and not verdicts and not gpus:
+            verdicts.append(_slow_step(busy, waiting))
+        else:
+            verdicts.append(_spinning(busy, waiting, severity))
     if not verdicts and unsampled and waiting and len({s.position for s in waiting}) == 1:
         verdicts.append(_unsampled_straggler(unsampled, waiting))
     if not verdicts:
@@ -1086,6 +1182,11 @@ def _hang_verdicts(
                     )
                 ],
             )
+    if group_notes:
+        verdicts = [
+            _with_evidence(v, group_notes) if v.kind == "mismatched_collective" else v
+            for v in verdicts
+        ]
     if peer_note:
         verdicts = [
             _with_evidence(v, [peer_note]) if v.kind in HANG_KINDS else v for v in verdicts
@@ -1096,6 +1197,8 @@ def _hang_verdicts(
     return verdicts, any(v.severity != "info" for v in verdicts)
 
 
+GROUPS_READ = "process groups read from the ranks' locals (py-spy --locals, new_group results)"
+GROUPS_INFERRED = "group membership inferred from where the ranks wait"
 _P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
                       "batch_isend_irecv"})
 _SOCKET_WCHAN = ("poll", "select", "epoll", "sk_wait", "tcp_", "unix_stream", "wait_woken", "inet_")
@@ -1148,6 +1251,51 @@ def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
     return out, note
 
 
+def _groups_sample(s: _Status) -> tuple[Sample | None, tuple[Frame, ...]]:
+    """The rank's sample read with --locals (the first round's) and its main thread's frames."""
+    for sample in s.digest.proc.samples:
+        if sample.groups:
+            thread = main_thread(sample, s.digest.proc.pid)
+            return sample, thread.frames if thread is not None else ()
+    return None, ()
+
+
+def _with_groups(statuses: list[_Status], world: int | None) -> tuple[list[_Status], list[str]]:
+    """Ranks waiting in collectives, keyed by their collective's process group too, when every
+    one's group was read from its locals (groups.py) and they are not all on one group: ranks
+    that wait at the same line on different groups do not wait with each other. Otherwise
+    nothing changes, and a note says the groups are inferred."""
+    waiting = [s for s in statuses if s.status == "waiting" and s.kind == "collective"]
+    if not waiting:
+        return statuses, []
+    view = read_groups(((s.rank, *_groups_sample(s)) for s in waiting), world)
+    unknown = [s.rank for s in waiting if s.rank not in view.collective]
+    if unknown:
+        return statuses, [
+            (f"{GROUPS_INFERRED}: process groups not read for {_ranks_label(unknown)} (no py-spy "
+             "--locals sample, or no new_group result in the job's own locals)")
+        ]
+    if len(set(view.collective.values())) < 2:
+        return statuses, [(f"{GROUPS_READ}: every waiting rank's collective is on "
+                           f"{next(iter(view.collective.values()))}")]
+    keyed = {id(s): s for s in waiting}
+    members = dict(view.members)
+    members[WORLD] = tuple(range(world)) if world else ()
+    out = [
+        replace(s, group=view.collective[s.rank], members=members[view.collective[s.rank]],
+                position=(view.collective[s.rank], *(s.position or ())))
+        if id(s) in keyed
+        else s
+        for s in statuses
+    ]
+    lines = [
+        f"{GROUPS_READ}: {name} = {format_int_ranges(ranks)}"
+        for name, ranks in view.members.items()
+        if name in set(view.collective.values())
+    ]
+    return out, lines or [f"{GROUPS_READ}: the collectives' groups differ"]
+
+
 def _with_confidence(verdict: Verdict, statuses: list[_Status]) -> Verdict:
     """Low confidence when the stacks the verdict rests on hold no frame of the job's code."""
     if verdict.kind not in HANG_KINDS:
@@ -1158,7 +1306,8 @@ def _with_confidence(verdict: Verdict, statuses: list[_Status]) -> Verdict:
     if not infos:
         return verdict
     if any(c.is_user for info in infos for c in info.classified):
-        return replace(verdict, confidence="high")
+        # "medium": a rule that rests on an inference the verdict names (group membership)
+        return replace(verdict, confidence=verdict.confidence or "high")
     frame = infos[0].top_frame
     return replace(
         verdict,

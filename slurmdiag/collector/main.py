@@ -317,7 +317,9 @@ def sample_round(run, first):
         traced = {e["pid"] for e, t in zip(run.tracing[0], run.tracing[1]) if not t.done}
     pyspy, native, clock = run.doc["tools"]["py-spy"], run.options["native"], run.clock
     results = run_tasks(
-        (dump_stack(pyspy, e["pid"], native, clock, e["pid"] in traced) for e in targets),
+        # the first round also reads the ranks' process groups (--locals)
+        (dump_stack(pyspy, e["pid"], native, clock, e["pid"] in traced,
+                    first and e["role"] == "rank") for e in targets),
         run.options["concurrency"],
         (lambda: read_sockets(run)) if first else None,
     )

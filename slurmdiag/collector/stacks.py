@@ -209,9 +209,28 @@ def read_usage(pid, stat):
     return {"cpu_s": round(stat["ticks"] / tick, 2), "threads": threads, "io": io}
 
 
-def dump_stack(pyspy, pid, native, clock, traced=False):
+def group_locals(threads, pid):
+    """[frame index, name, repr] of the locals of ``pid``'s main thread that say which process
+    group a collective runs on and which groups the rank belongs to: a ProcessGroup object
+    (repr ``<torch._C._distributed_c10d.ProcessGroup at 0x..>``, a dict of them), torch's
+    ``-100`` (new_group's result on a non-member), and the c10d wrapper's ``args``/``kwargs``
+    (no ProcessGroup there: the call runs on the default group)."""
+    main = next((t for t in threads if t.get("os_thread_id") == pid), None)
+    out = []
+    for index, frame in enumerate((main or {}).get("frames") or ()):
+        wrapper = (frame.get("filename") or "").endswith("distributed/c10d_logger.py")
+        for item in frame.get("locals") or ():
+            text = str(item.get("repr") or "")
+            if ("c10d.ProcessGroup at 0x" in text or text == "-100" or ": -100" in text
+                    or (wrapper and item.get("name") in ("args", "kwargs"))):
+                out.append([index, item.get("name"), text[:400]])
+    return out
+
+
+def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
     """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly).
-    ``traced``: strace is attached to it, so py-spy cannot suspend it: read with --nonblocking."""
+    ``traced``: strace is attached to it, so py-spy cannot suspend it: read with --nonblocking.
+    ``groups``: read with --locals and keep only the process-group ones (group_locals)."""
     t = round(time.time() - clock.started, 3)
     stat = read_stat(pid)
     if stat is None:
@@ -235,11 +254,16 @@ def dump_stack(pyspy, pid, native, clock, traced=False):
             note += "; native frames skipped (they need the suspend)"
     elif native:
         argv.append("--native")
+    if groups:
+        argv.append("--locals")
     usage = read_usage(pid, stat)
     rc, out, err, timeout_note = yield from tool_run(argv, timeout)
     if rc == 0:
         try:
-            sample = {"t": t, "threads": slim_threads(loads(out)), "error": None, "usage": usage}
+            raw = loads(out)
+            sample = {"t": t, "threads": slim_threads(raw), "error": None, "usage": usage}
+            if groups:
+                sample["groups"] = group_locals(raw, pid)
             if note:
                 sample["note"] = note
             return sample

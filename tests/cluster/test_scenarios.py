@@ -114,7 +114,8 @@ def test_waiting_ranks_stacks_show_the_waiting_site(scenario, scenario_run, py_s
         assert any(wanted(f) for f in frames(threads)), (
             f"{scenario}: rank {rank} not at {run.truth['waiting_ranks_site']}:\n"
             + describe(threads))
-        if run.truth["culprit_evidence"] == "stack":
+        if run.truth["culprit_evidence"] == "stack" and not run.truth.get("culprit_site_shared"):
+            # (culprit_site_shared: the waiting ranks call the culprit's line on another group)
             assert not any(culprit_matcher(run.truth)(f) for f in frames(threads))
 
 
@@ -181,7 +182,7 @@ def test_control_keeps_making_progress(scenario, scenario_run, py_spy):
     assert all(after[r] > before.get(r, -1) for r in after), (before, after)
     for rank in ranks:
         names = [f["name"] for f in frames(dump(py_spy, run.pid(rank)))]
-        assert "train" in names
+        assert {"train", "train_healthy"} & set(names), names
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 #: Collectives must stay hung while slurmdiag looks at them; gloo's default is 30 min.
 PROCESS_GROUP_TIMEOUT = timedelta(hours=2)
@@ -210,3 +211,17 @@ def train_plainly(info: RankInfo, steps: range) -> None:
     for step in steps:
         loss = training.train_step(model, training.synthetic_batch(info.rank, step))
         log(info, f"step {step} loss {loss:.4f}")
+
+
+def train_healthy(info: RankInfo, steps: range, next_batch: Callable[[int], Any]) -> None:
+    """The controls' loop: ``next_batch(step)`` (the scenario's own slow part, returning a
+    batch), one `_training.train_step` and one log line per step; ready (role healthy) once
+    the first step is done."""
+    import _training as training  # torch: imported by the ranks only, as in init_distributed
+
+    model = training.build_model()
+    for step in steps:
+        loss = training.train_step(model, next_batch(step))
+        log(info, f"step {step} loss {loss:.4f}")
+        if step == 0:
+            report_ready(info, "training", role="healthy")

@@ -23,20 +23,10 @@ def read_batch_slowly(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]
     return training.synthetic_batch(rank, step)
 
 
-def train(info: harness.RankInfo) -> None:
-    model = training.build_model()
-    for step in range(STEPS):
-        batch = read_batch_slowly(info.rank, step)
-        loss = training.train_step(model, batch)
-        harness.log(info, f"step {step} loss {loss:.4f}")
-        if step == 0:
-            harness.report_ready(info, "training", role="healthy")
-
-
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    train(info)
+    harness.train_healthy(info, range(STEPS), lambda step: read_batch_slowly(info.rank, step))
     dist.destroy_process_group()
 
 

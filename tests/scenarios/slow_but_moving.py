@@ -33,22 +33,17 @@ def encode_sequences(seconds: float) -> torch.Tensor:
     return state
 
 
-def train(info: harness.RankInfo) -> None:
-    model = training.build_model()
+def next_batch(info: harness.RankInfo, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    time.sleep(LOAD_SECONDS)
     slow = info.rank == info.world_size - 1
-    for step in range(STEPS):
-        time.sleep(LOAD_SECONDS)
-        encode_sequences(SLOW_COMPUTE_SECONDS if slow else FAST_COMPUTE_SECONDS)
-        loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-        harness.log(info, f"step {step} loss {loss:.4f}")
-        if step == 0:
-            harness.report_ready(info, "training", role="healthy")
+    encode_sequences(SLOW_COMPUTE_SECONDS if slow else FAST_COMPUTE_SECONDS)
+    return training.synthetic_batch(info.rank, step)
 
 
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    train(info)
+    harness.train_healthy(info, range(STEPS), lambda step: next_batch(info, step))
     dist.destroy_process_group()
 
 

@@ -95,10 +95,21 @@ def test_tie_prefers_a_side_effect_path_as_culprit() -> None:
         return [collective("all_reduce", 140, fn="save_checkpoint")] * K
 
     v = hang(diagnose(job(2, 2, stacks)))
-    # save_checkpoint scores +1, rank 0's side scores +1 too: a real tie -> both named
-    assert v.kind == "mismatched_collective"
-    assert v.culprit_ranks == (0, 1, 2, 3)
-    assert "cannot tell which side diverged" in v.summary
+    # the side-effect path (sign 4 of TIE_RULES) decides before rank 0 (sign 5), and says so
+    assert (v.kind, v.culprit_ranks, v.confidence) == ("mismatched_collective", (2, 3), "high")
+    assert any("decided by the first sign" in e and "(4 of 5)" in e for e in v.evidence)
+
+
+def test_tie_decided_by_rank_0_alone_says_it_is_a_guess() -> None:
+    # GIVEN 2:2 between two plain all_reduce lines: nothing but rank 0 tells the sides apart
+    # (the lie: rank 0's side may well be the healthy one)
+    def stacks(r: int) -> list:
+        return [collective("all_reduce", 50 if r in (0, 1) else 60)] * K
+
+    v = hang(diagnose(job(2, 2, stacks)))
+    # THEN rank 0's side is named by the last sign, with medium confidence, not high
+    assert (v.culprit_ranks, v.confidence) == ((0, 1), "medium")
+    assert any("(5 of 5)" in e and "rank 0" in e for e in v.evidence), v.evidence
 
 
 def test_unbreakable_tie_names_every_tied_side() -> None:

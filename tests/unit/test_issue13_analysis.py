@@ -294,6 +294,8 @@ def test_point_to_point_pair_is_the_culprit_of_a_two_to_two_tie() -> None:
     snapshot = Snapshot.from_json((ACCURACY / "p2p_deadlock.default.json").read_text())
     v = top(snapshot)
     assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (2, 3))
+    # decided by the first tie rule, point-to-point, and the verdict says so
+    assert any("(1 of 5)" in e and "point-to-point" in e for e in v.evidence), v.evidence
 
 
 def test_ranks_in_a_store_get_wait_for_the_rank_that_never_sets_the_key() -> None:
@@ -356,3 +358,88 @@ def test_two_ranks_stuck_in_one_socket_call_while_most_wait_in_all_reduce_are_st
     v = top(job(4, 2, stacks, overrides={3: wchan, 5: wchan}))
     # THEN they are the stragglers, not ranks the others wait with
     assert (v.kind, v.culprit_ranks) == ("straggler", (3, 5))
+
+
+# ------------------------------------------------------------------ process groups (locals)
+
+
+def without_group_locals(snapshot: Snapshot) -> Snapshot:
+    return map_ranks(snapshot, lambda r: replace(
+        r, samples=tuple(replace(s, groups=()) for s in r.samples)))
+
+
+def test_groups_read_from_locals_blame_the_rank_whose_call_fell_back_to_the_world() -> None:
+    # GIVEN the real snapshot of group_lookup_world: shard a = 0,3,5,6 and shard b = 1,2,4,7
+    # (dict of new_group results); ranks 0,3,6 in shard a's all_reduce at line 37, rank 5 at the
+    # SAME line on the world (groups.get missed), shard b in the world barrier
+    for snapshot in (load("group_lookup_world"), first_samples(load("group_lookup_world"))):
+        v = top(snapshot)
+        # THEN rank 5 alone, and the evidence names the group read and who waits for whom
+        assert (v.kind, v.culprit_ranks, v.confidence) == ("mismatched_collective", (5,), "high")
+        assert v.sites == ("/work/wt/i13/tests/scenarios/group_lookup_world.py:37",)
+        assert any("read from the ranks' locals" in e and "groups['a'] = 0,3,5-6" in e
+                   for e in v.evidence), v.evidence
+        assert "ranks 0,3,6 wait on train's groups['a'] (ranks 0,3,5-6) for rank 5" in v.evidence
+
+
+def test_without_the_locals_the_same_stacks_blame_the_wrong_shard() -> None:
+    # GIVEN the same snapshot with the group locals dropped (an old collector, a rank py-spy
+    # could not read with --locals): by stacks alone it is 4 ranks at line 37 vs 4 in a barrier
+    v = top(without_group_locals(load("group_lookup_world")))
+    # THEN the inference blames shard b, and the verdict says the groups were inferred
+    assert v.culprit_ranks == (1, 2, 4, 7)
+    assert any(e.startswith("group membership inferred") for e in v.evidence), v.evidence
+
+
+def test_a_name_holding_a_group_on_every_rank_is_not_a_membership_record() -> None:
+    from slurmdiag.analysis.groups import read_groups
+    from slurmdiag.snapshot import Frame
+
+    # GIVEN `half = evens if even else odds` (a group on every rank) and `evens` (-100 on odds)
+    frames = (Frame("train", "/job/train.py", 40),)
+
+    def sample(rank: int) -> Sample:
+        evens = "<torch._C._distributed_c10d.ProcessGroup at 0x1>" if rank % 2 == 0 else "-100"
+        return Sample(t=0.0, groups=(
+            (0, "evens", evens), (0, "half", "<torch._C._distributed_c10d.ProcessGroup at 0x2>")))
+
+    view = read_groups(((r, sample(r), frames) for r in range(4)), 4)
+    # THEN only evens is a record, with its members
+    assert dict(view.members) == {"train's evens": (0, 2)}
+    # AND a record missing on one rank (its locals not read) is not complete: not used
+    assert read_groups(((r, sample(r), frames) for r in range(3)), 4).members == {}
+
+
+# ------------------------------------------------------- a slow native step is not a spin
+
+
+def slow_native_step() -> Snapshot:
+    """slow_but_moving with --samples 1, real: rank 3 in its 2.5 s tensor loop (active, GIL
+    released), ranks 0-2 in the gradient all_reduce; a warning `spinning` before this rule."""
+    return Snapshot.from_json((ACCURACY / "slow_but_moving.samples1.false_alarm.json").read_text())
+
+
+def test_one_rank_computing_in_native_code_for_a_short_look_never_alarms() -> None:
+    v = top(slow_native_step())
+    # THEN no hang severity: said as a slow step or a hang, with low confidence and why
+    assert (v.kind, v.severity, v.confidence, v.culprit_ranks) == ("slow_step", "info", "low", (3,))
+    assert any("without the GIL" in e for e in v.evidence), v.evidence
+
+
+def test_a_python_spin_holds_the_gil_and_is_still_spinning_with_one_sample() -> None:
+    # GIVEN the real spinning_rank snapshot with --samples 1 (rank 3 in random.randrange)
+    v = top(load("spinning_rank_samples1"))
+    assert (v.kind, v.severity, v.culprit_ranks) == ("spinning", "warning", (3,))
+
+
+def test_a_native_hang_looked_at_long_enough_is_spinning() -> None:
+    # GIVEN the same native busy rank, seen on one line in samples 60 s apart (what the rule
+    # misses with the default 2 s look: a rank hung in native code on CPU)
+    def longer(rank):  # type: ignore[no-untyped-def]
+        first = rank.samples[0]
+        return replace(rank, samples=(first, replace(first, t=first.t + 60.0)))
+
+    v = top(map_ranks(slow_native_step(), longer))
+    # THEN it is called spinning again
+    assert (v.kind, v.culprit_ranks) == ("spinning", (3,))
+    assert v.severity in ("warning", "critical")
