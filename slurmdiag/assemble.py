@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from slurmdiag.errors import ParseError
+from slurmdiag.parsers.infiniband import parse_sysfs_ib_phys_state, parse_sysfs_ib_state
 from slurmdiag.parsers.nvidia_smi import (
     parse_nvidia_smi_apps_csv,
     parse_nvidia_smi_query_csv,
@@ -199,18 +200,24 @@ def _nics(raw: Mapping[str, Any] | None) -> NicState:
         )
         for i in raw.get("interfaces") or ()
     )
-    ports = tuple(
-        IbPort(
-            device=str(p.get("device")),
-            port=_int(p.get("port")) or 0,
-            state=p.get("state"),
-            phys_state=p.get("phys_state"),
-            rate=p.get("rate"),
-            link_layer=p.get("link_layer"),
-        )
-        for p in raw.get("ib_ports") or ()
-    )
+    ports = tuple(_ib_port(p) for p in raw.get("ib_ports") or ())
     return NicState(interfaces=interfaces, ib_ports=ports, message=raw.get("message"))
+
+
+def _ib_port(raw: Mapping[str, Any]) -> IbPort:
+    """A port as sysfs spells it (``4: ACTIVE``) -> the kernel's name and number."""
+    state = parse_sysfs_ib_state(raw.get("state"))
+    phys = parse_sysfs_ib_phys_state(raw.get("phys_state"))
+    return IbPort(
+        device=str(raw.get("device")),
+        port=_int(raw.get("port")) or 0,
+        state=state.name,
+        phys_state=phys.name,
+        rate=raw.get("rate"),
+        link_layer=raw.get("link_layer"),
+        state_code=state.code,
+        phys_state_code=phys.code,
+    )
 
 
 _PTRACE_REFUSED = ("Permission Denied", "Permission denied", "Operation not permitted")

@@ -171,12 +171,18 @@ class Interface:
 
 @dataclass(frozen=True)
 class IbPort:
+    """An InfiniBand port: ``state``/``phys_state`` are the kernel's names (``ACTIVE``,
+    ``LinkUp``), ``*_code`` their numbers (4, 5), read from sysfs' ``4: ACTIVE`` on the controller
+    (``slurmdiag.parsers.infiniband``); snapshots written before the codes have ``None`` there."""
+
     device: str
     port: int
     state: str | None = None
     phys_state: str | None = None
     rate: str | None = None
     link_layer: str | None = None
+    state_code: int | None = None
+    phys_state_code: int | None = None
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Any
 
 from slurmdiag.analysis.stacks import is_user_file
 from slurmdiag.errors import ParseError
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.safeio import decimal_int
-from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Verdict
 
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable
 
 from slurmdiag.analysis.model import finding as _verdict
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.safeio import decimal_int
-from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Gpu, Node, Snapshot, Verdict
 from slurmdiag.vocabulary import severity_rank
 

@@ -31,12 +31,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurmdiag.analysis.model import finding as _verdict
+from slurmdiag.hostlist import format_int_ranges
+from slurmdiag.parsers.infiniband import IB_PORT_ACTIVE_STATES, parse_sysfs_ib_state
 from slurmdiag.safeio import decimal_int
-from slurmdiag.slurm.parse import format_int_ranges
-from slurmdiag.snapshot import Interface, LogFinding, Node, Snapshot, Verdict
+from slurmdiag.snapshot import IbPort, Interface, LogFinding, Node, Snapshot, Verdict
 from slurmdiag.vocabulary import severity_rank
 
 __all__ = [
+    "ib_port_active",
     "interface_matches",
     "nic_findings",
     "parse_nccl_device_list",
@@ -555,11 +557,18 @@ def _mtu_verdict(hosts: _Hosts, values: dict[str, int], what: str, basis: str) -
     )
 
 
+def ib_port_active(port: IbPort) -> bool:
+    """ACTIVE (or ACTIVE_DEFER) by the port's state number; a snapshot written before the
+    numbers were kept has the sysfs text or the name, read with the same parser."""
+    code = port.state_code if port.state_code is not None else parse_sysfs_ib_state(port.state).code
+    return code in IB_PORT_ACTIVE_STATES
+
+
 def _ib_findings(hosts: _Hosts) -> list[Verdict]:
     active_somewhere: set[tuple[str, int]] = set()
     for node in hosts.nodes:
         for port in node.nics.ib_ports if node.nics else ():
-            if "ACTIVE" in (port.state or "").upper():
+            if ib_port_active(port):
                 active_somewhere.add((port.device, port.port))
     found = []
     for node in hosts.one_per_host():
@@ -567,7 +576,7 @@ def _ib_findings(hosts: _Hosts) -> list[Verdict]:
         down = [
             p
             for p in (node.nics.ib_ports if node.nics else ())
-            if "ACTIVE" not in (p.state or "").upper()
+            if not ib_port_active(p)
         ]
         if not down:
             continue

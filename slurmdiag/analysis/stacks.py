@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from slurmdiag.analysis.model import ClassifiedFrame, StackClass, TreeNode
-from slurmdiag.slurm.parse import format_int_ranges
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.snapshot import Frame, Node, Rank, Sample, Snapshot, ThreadStack
 
 __all__ = [

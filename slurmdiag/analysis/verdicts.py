@@ -60,7 +60,7 @@ from slurmdiag.analysis.stacks import (
     is_user_file,
     merge_stacks,
 )
-from slurmdiag.slurm.parse import compress_hostlist
+from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.snapshot import Frame, LogFinding, Snapshot, Verdict, WorkerProcess
 from slurmdiag.vocabulary import severity_rank
 

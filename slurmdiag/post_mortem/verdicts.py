@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from slurmdiag.analysis.stacks import is_user_file
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.post_mortem.cores import CoreStack
 from slurmdiag.post_mortem.logs import order_key
 from slurmdiag.post_mortem.record import SlurmRecord
-from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.slurm.sacct import signal_name
 from slurmdiag.snapshot import LogFinding, Verdict
 

@@ -48,9 +48,9 @@ def probe(job_id: str | int | None = None, *, nodes: str | None = None, timeout_
           partition: str | None = None) -> Snapshot:
     """Probe the network of job ``job_id``'s nodes, or of ``nodes`` (a hostlist) in a fresh
     allocation; returns a Snapshot whose ``probe`` section and ``verdicts`` hold the results."""
+    from slurmdiag.hostlist import expand_hostlist
     from slurmdiag.probe.analysis import probe_verdicts
     from slurmdiag.probe.run import ProbeOptions, run_probe
-    from slurmdiag.slurm.parse import expand_hostlist
     from slurmdiag.snapshot import Job, Snapshot
 
     if (job_id is None) == (nodes is None):
