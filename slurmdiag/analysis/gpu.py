@@ -16,11 +16,11 @@ through CUDA_VISIBLE_DEVICES.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from slurmdiag.analysis.model import finding as _verdict
 from slurmdiag.hostlist import format_int_ranges
+from slurmdiag.parsers.nvidia_smi import parse_xid_events
 from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import Gpu, Node, Snapshot, Verdict
 from slurmdiag.vocabulary import severity_rank
@@ -73,7 +73,6 @@ HARDWARE_XIDS = frozenset(
     }
 )
 _THROTTLE_WORDS = ("hw_slowdown", "hw_thermal", "sw_thermal", "power_brake", "thermal")
-_XID_RE = re.compile(r"Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>[0-9]{1,9})(?![0-9])")
 _YES = frozenset({"yes", "true", "1", "active"})
 
 
@@ -226,11 +225,11 @@ def _throttle_reasons(gpu: Gpu) -> list[str]:
 
 
 def _xid_codes(texts: Iterable[str]) -> list[tuple[int, str | None, str]]:
+    """(Xid, bus, line) of each kernel Xid line, read by the parser that found them."""
     out = []
     for text in texts:
-        match = _XID_RE.search(text)
-        if match:
-            out.append((int(match.group("xid")), _bus(match.group("pci")), text))
+        for event in parse_xid_events(text)[:1]:
+            out.append((event.xid, _bus(event.pci), text))
     return out
 
 
