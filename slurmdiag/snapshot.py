@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from slurmdiag.errors import ParseError
+from slurmdiag.vocabulary import NodeStatus
 
 SCHEMA_VERSION = 1
 
-NODE_STATUSES = ("ok", "timeout", "error", "unreachable")
+#: ``Node.status`` words (slurmdiag.vocabulary.NodeStatus).
+NODE_STATUSES = tuple(status.value for status in NodeStatus)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from slurmdiag.slurm.sacct import (
 )
 from slurmdiag.snapshot import Frame, Job, Node, Rank, Sample, Snapshot, ThreadStack
 from slurmdiag.transport.run import Runner, run_command
+from slurmdiag.vocabulary import NodeStatus
 
 # NCCL's default TORCH_FR_DUMP_TEMP_FILE; a site's own prefix is passed with --flight-recorder.
 DEFAULT_FR_PREFIX = "/tmp/nccl_trace_rank_"
@@ -210,7 +211,7 @@ def _rank_stacks(logs: RankLogs, cores: Sequence[CoreStack], record: SlurmRecord
         host, rank = per_rank[rank_number]
         by_node.setdefault(host or "unknown node", []).append(rank)
     return tuple(
-        Node(name=name, status="ok", discovery="postmortem", message="from the job's logs and cores",
+        Node(name=name, status=NodeStatus.OK, discovery="postmortem", message="from the job's logs and cores",
              ranks=tuple(ranks))
         for name, ranks in sorted(by_node.items())
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import TransportFailed, UsageError
+from slurmdiag.vocabulary import NodeStatus
 
 if TYPE_CHECKING:  # the snapshot module loads on use: `slurmdiag attach` starts srun sooner
     from slurmdiag.snapshot import Snapshot
@@ -124,7 +125,7 @@ def run_probe_command(args: argparse.Namespace) -> int:
     if snapshot.report:
         print(f"report:   {snapshot.report}", file=sys.stderr)
     assert snapshot.probe is not None
-    if all(n.status != "ok" for n in snapshot.probe.nodes):
+    if all(n.status != NodeStatus.OK for n in snapshot.probe.nodes):
         first = snapshot.probe.nodes[0]
         print(f"error: no node answered ({first.name}: {first.message})", file=sys.stderr)
         print(f"hint: {TransportFailed('').hint}", file=sys.stderr)

@@ -31,7 +31,7 @@ from slurmdiag.hostlist import compress_hostlist, format_int_ranges
 from slurmdiag.parsers.infiniband import IB_PHYS_LINK_UP, parse_sysfs_ib_phys_state
 from slurmdiag.safeio import atomic_write, decimal_int, iter_job_lines, job_uid
 from slurmdiag.snapshot import Frame, Gpu, IbPort, Node, Rank, Snapshot, ThreadStack, Verdict
-from slurmdiag.vocabulary import known_severity, severity_rank
+from slurmdiag.vocabulary import NodeStatus, known_severity, severity_rank
 
 if TYPE_CHECKING:  # jinja2 loads when a page is rendered: the terminal summary never needs it
     import jinja2
@@ -707,7 +707,7 @@ def group_node_problems(nodes: Iterable[Node]) -> list[NodeProblem]:
 def node_problems(node: Node) -> list[tuple[str, str, str]]:
     """(level, what, message) for everything that went wrong collecting one node."""
     problems: list[tuple[str, str, str]] = []
-    if node.status != "ok":
+    if node.status != NodeStatus.OK:
         problems.append(("bad", f"node {node.status}", node.message or "(no message)"))
     problems.extend(("warn", "collector error", error) for error in node.errors)
     for rank in node.ranks:
@@ -925,7 +925,7 @@ def _notable_nodes(ctx: _Context, nodes: Sequence[Node]) -> set[str]:
 def _node_key(ctx: _Context, node: Node, detail: int) -> tuple[Any, ...]:
     # Failure messages often name their node; without the name, identical failures group.
     message = node.message.replace(node.name, "<node>") if node.message else None
-    key: tuple[Any, ...] = (node.status, message if node.status != "ok" else None)
+    key: tuple[Any, ...] = (node.status, message if node.status != NodeStatus.OK else None)
     if detail >= 1:
         key += (_gpu_health(ctx, node), _nic_health(ctx, node), _error_shape(node), len(node.ranks))
     if detail >= 2:
@@ -951,7 +951,7 @@ def _node_group(ctx: _Context, members: list[Node]) -> NodeGroup:
         ranks_label=_ranges(rank_numbers),
         rank_count=sum(len(node.ranks) for node in members),
         status=representative.status,
-        message=first.message if first.status != "ok" else None,
+        message=first.message if first.status != NodeStatus.OK else None,
         classes=tuple(classes),
         gpu_summary=_gpu_summary(first),
         nic_summary=_nic_summary(first),
@@ -982,7 +982,7 @@ def _node_section(
     return NodeSection(
         name=node.name,
         anchor=_node_anchor(node.name),
-        status=Cell(node.status, "ok" if node.status == "ok" else "bad"),
+        status=Cell(node.status, "ok" if node.status == NodeStatus.OK else "bad"),
         message=node.message,
         facts=tuple((k, v) for k, v in facts if v),
         ranks=rows,
