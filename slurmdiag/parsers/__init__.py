@@ -3,7 +3,7 @@
 Each ``parse_<tool>_<what>`` reads what it can of odd or truncated output and raises
 ``slurmdiag.errors.ParseError`` only for text that is not that tool's output at all.
 
-    pyspy.py       py-spy dump --json; py-spy dump (text: the public dumps of tests and bench)
+    pyspy.py       py-spy dump --json
     strace.py      strace -c [-f] summary table
     nvidia_smi.py  --query-gpu / --query-compute-apps CSV, -q -x XML, dmesg Xid lines
     infiniband.py  /sys/class/infiniband port state and phys_state (``4: ACTIVE``)
@@ -22,18 +22,16 @@ from slurmdiag.parsers.nvidia_smi import (
     parse_xid_events,
     parse_xid_lines,
 )
-from slurmdiag.parsers.pyspy import ProcessDump, parse_pyspy_json, parse_pyspy_text
+from slurmdiag.parsers.pyspy import parse_pyspy_json
 from slurmdiag.parsers.strace import parse_strace_summary
 
 __all__ = [
-    "ProcessDump",
     "XidEvent",
     "parse_nccl_log",
     "parse_nvidia_smi_apps_csv",
     "parse_nvidia_smi_query_csv",
     "parse_nvidia_smi_xml",
     "parse_pyspy_json",
-    "parse_pyspy_text",
     "parse_strace_summary",
     "parse_sysfs_ib_phys_state",
     "parse_sysfs_ib_state",

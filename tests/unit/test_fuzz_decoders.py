@@ -226,7 +226,6 @@ DECODERS = [
     Decoder("hostlist", hostlist.expand_hostlist, mutated_text(["node[001-004,010]", "gpu-a[1-2]-b[01-03]", "n1,n2"])),
     Decoder("job id", slurm.parse_job_id, mutated_text(["123", "123_4", "123+1", "12_[1-3]"])),
     Decoder("py-spy json", pyspy.parse_pyspy_json, _json("py_spy/local_pyspy0.4_json_*.json")),
-    Decoder("py-spy text", pyspy.parse_pyspy_text, _text("py_spy/*.txt")),
     Decoder("strace -c", strace.parse_strace_summary, _text("strace/*.txt")),
     Decoder("nvidia-smi csv", nvidia_smi.parse_nvidia_smi_query_csv, _text("nvidia_smi/*csv*.txt")),
     Decoder("nvidia-smi apps csv", nvidia_smi.parse_nvidia_smi_apps_csv, _text("nvidia_smi/*compute_apps*.txt")),
