@@ -32,9 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DIAGNOSE_BUDGET_S = 3.0
 RSS_BUDGET_MIB = 1024
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # support.pyspy_text: the public text dumps
+
+from support.pyspy_text import parse_pyspy_text
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.parsers.pyspy import parse_pyspy_json, parse_pyspy_text
+from slurmdiag.parsers.pyspy import parse_pyspy_json
 from slurmdiag.snapshot import Frame, Job, Node, Rank, Sample, Snapshot, ThreadStack
 
 PY_SPY = ROOT / "tests" / "fixtures" / "py_spy"

@@ -15,7 +15,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from slurmdiag import node_document as nd
 from slurmdiag.errors import ParseError
+from slurmdiag.node_document import NodeDocumentError, read_node_document
+from slurmdiag.parsers.infiniband import parse_sysfs_ib_phys_state, parse_sysfs_ib_state
 from slurmdiag.parsers.nvidia_smi import (
     parse_nvidia_smi_apps_csv,
     parse_nvidia_smi_query_csv,
@@ -37,10 +40,12 @@ from slurmdiag.snapshot import (
     WorkerProcess,
 )
 from slurmdiag.transport.base import NodeOutcome
+from slurmdiag.vocabulary import NodeStatus
 
-#: The node document's format (the collector's ``FORMAT``; docs/node-document.md). A collector
-#: of another slurmdiag version may write another layout: its fields must not be guessed at.
-NODE_DOCUMENT_FORMAT = 1
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A JSON object of the document, or an empty one for anything else (a missing value)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int | None:
@@ -57,18 +62,19 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def _samples(raw: Any) -> tuple[Sample, ...]:
+def _samples(raw: list[nd.Sample] | None) -> tuple[Sample, ...]:
     samples = []
     for item in raw or ():
         error = item.get("error")
         threads: tuple = ()
-        if item.get("threads") is not None:
+        raw_threads = item.get("threads")
+        if raw_threads is not None:
             try:
-                threads = parse_pyspy_json(item["threads"])
+                threads = parse_pyspy_json(raw_threads)
             except ParseError as exc:
                 error = f"unreadable py-spy output: {exc.message}"
-        usage = item.get("usage") if isinstance(item.get("usage"), dict) else {}
-        cpu = usage.get("threads") if isinstance(usage.get("threads"), dict) else {}
+        usage: nd.Usage = _mapping(item.get("usage"))  # type: ignore[assignment]  # an object
+        cpu = _mapping(usage.get("threads"))
         if cpu:
             threads = tuple(
                 replace(th, cpu_s=_float(cpu.get(str(th.os_thread_id))))
@@ -105,7 +111,7 @@ def _group_locals(raw: Any) -> tuple[tuple[int, str, str], ...]:
     )
 
 
-def _strace(raw: Mapping[str, Any] | None) -> StraceSummary | None:
+def _strace(raw: nd.Strace | None) -> StraceSummary | None:
     if not raw:
         return None
     status = raw.get("status") or "error"
@@ -122,7 +128,7 @@ def _strace(raw: Mapping[str, Any] | None) -> StraceSummary | None:
     )
 
 
-def _connections(raw: Any) -> tuple[Connection, ...]:
+def _connections(raw: list[nd.Connection] | None) -> tuple[Connection, ...]:
     return tuple(
         Connection(
             local=str(c.get("local")),
@@ -134,7 +140,7 @@ def _connections(raw: Any) -> tuple[Connection, ...]:
     )
 
 
-def _rank(proc: Mapping[str, Any], workers: list[WorkerProcess]) -> Rank:
+def _rank(proc: nd.Process, workers: list[WorkerProcess]) -> Rank:
     return Rank(
         rank=_int(proc.get("rank")),
         pid=int(proc["pid"]),
@@ -157,7 +163,7 @@ def _rank(proc: Mapping[str, Any], workers: list[WorkerProcess]) -> Rank:
     )
 
 
-def _other(proc: Mapping[str, Any]) -> WorkerProcess:
+def _other(proc: nd.Process) -> WorkerProcess:
     return WorkerProcess(
         pid=int(proc["pid"]),
         role=proc.get("role") or "other",
@@ -168,7 +174,7 @@ def _other(proc: Mapping[str, Any]) -> WorkerProcess:
     )
 
 
-def _gpus(raw: Mapping[str, Any] | None) -> GpuState:
+def _gpus(raw: nd.Gpu | None) -> GpuState:
     if not raw:
         return GpuState(status="absent", message="the collector reported nothing about GPUs")
     xids = parse_xid_lines("\n".join(raw.get("xid_lines") or ()))
@@ -197,7 +203,7 @@ def _gpus(raw: Mapping[str, Any] | None) -> GpuState:
     )
 
 
-def _nics(raw: Mapping[str, Any] | None) -> NicState:
+def _nics(raw: nd.Nics | None) -> NicState:
     if not raw:
         return NicState(message="the collector reported nothing about network interfaces")
     interfaces = tuple(
@@ -211,24 +217,30 @@ def _nics(raw: Mapping[str, Any] | None) -> NicState:
         )
         for i in raw.get("interfaces") or ()
     )
-    ports = tuple(
-        IbPort(
-            device=str(p.get("device")),
-            port=_int(p.get("port")) or 0,
-            state=p.get("state"),
-            phys_state=p.get("phys_state"),
-            rate=p.get("rate"),
-            link_layer=p.get("link_layer"),
-        )
-        for p in raw.get("ib_ports") or ()
-    )
+    ports = tuple(_ib_port(p) for p in raw.get("ib_ports") or ())
     return NicState(interfaces=interfaces, ib_ports=ports, message=raw.get("message"))
+
+
+def _ib_port(raw: nd.IbPort) -> IbPort:
+    """A port as sysfs spells it (``4: ACTIVE``) -> the kernel's name and number."""
+    state = parse_sysfs_ib_state(raw.get("state"))
+    phys = parse_sysfs_ib_phys_state(raw.get("phys_state"))
+    return IbPort(
+        device=str(raw.get("device")),
+        port=_int(raw.get("port")) or 0,
+        state=state.name,
+        phys_state=phys.name,
+        rate=raw.get("rate"),
+        link_layer=raw.get("link_layer"),
+        state_code=state.code,
+        phys_state_code=phys.code,
+    )
 
 
 _PTRACE_REFUSED = ("Permission Denied", "Permission denied", "Operation not permitted")
 
 
-def _ptrace_hint(doc: Mapping[str, Any], ranks: list[Rank]) -> tuple[str, ...]:
+def _ptrace_hint(doc: nd.NodeDocument, ranks: list[Rank]) -> tuple[str, ...]:
     """One clear line when py-spy or strace were refused ptrace, instead of N cryptic ones."""
     messages = [s.error or "" for r in ranks for s in r.samples]
     messages += [r.strace.message or "" for r in ranks if r.strace is not None]
@@ -243,8 +255,13 @@ def _ptrace_hint(doc: Mapping[str, Any], ranks: list[Rank]) -> tuple[str, ...]:
     return (hint,)
 
 
-def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
-    """One collector document → one snapshot Node; workers hang under their rank."""
+def node_from_document(name: str, raw: Mapping[str, Any]) -> Node:
+    """One collector document → one snapshot Node; workers hang under their rank.
+
+    Raises ``NodeDocumentError`` for a document of another format, and KeyError, TypeError, ...
+    for values of the wrong shape deeper down (``node_from_outcome`` turns both into an error
+    node)."""
+    doc = read_node_document(raw)
     processes = list(doc.get("processes") or ())
     workers_by_rank_pid: dict[int, list[WorkerProcess]] = {}
     others: list[WorkerProcess] = []
@@ -269,7 +286,7 @@ def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
         message = "no rank processes of the job found on this node"
     return Node(
         name=name,
-        status="ok",
+        status=NodeStatus.OK,
         message=message,
         hostname=doc.get("hostname"),
         duration_s=_float(doc.get("duration_s")),
@@ -289,25 +306,16 @@ def node_from_document(name: str, doc: Mapping[str, Any]) -> Node:
 
 def node_from_outcome(outcome: NodeOutcome) -> Node:
     """A node that answered becomes a full Node; one that did not keeps its status and reason."""
-    if outcome.status == "ok" and outcome.document is not None:
-        found = outcome.document.get("format")
-        if found != NODE_DOCUMENT_FORMAT:
-            return Node(
-                name=outcome.name,
-                status="error",
-                message=(
-                    f"the collector wrote a node document of format {found!r}; this slurmdiag "
-                    f"reads format {NODE_DOCUMENT_FORMAT}: a collector of another version ran "
-                    "(clear the node cache, --node-cache '', or use one slurmdiag version)"
-                ),
-            )
+    if outcome.status == NodeStatus.OK and outcome.document is not None:
         try:
             return node_from_document(outcome.name, outcome.document)
+        except NodeDocumentError as exc:
+            return Node(name=outcome.name, status=NodeStatus.ERROR, message=f"{exc.message} ({exc.hint})")
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError,
                 ParseError) as exc:
             return Node(
                 name=outcome.name,
-                status="error",
+                status=NodeStatus.ERROR,
                 message=f"the collector's document could not be read: {exc}",
             )
     return Node(name=outcome.name, status=outcome.status, message=outcome.message)

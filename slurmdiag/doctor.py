@@ -223,7 +223,7 @@ def node_checks_from_output(
     nodes: Sequence[str], result: CommandResult, argv: Sequence[str]
 ) -> list[Check]:
     """One Check per (check, status, detail), its nodes compressed; a silent node is a failure."""
-    from slurmdiag.slurm.parse import compress_hostlist
+    from slurmdiag.hostlist import compress_hostlist
     from slurmdiag.transport.framing import decode_frames
 
     frames = decode_frames(result.stdout)
@@ -275,13 +275,13 @@ def node_checks(
     timeout_s: float,
     runner: Runner = run_command,
 ) -> list[Check]:
+    from slurmdiag.hostlist import expand_hostlist
     from slurmdiag.options import DEFAULTS
     from slurmdiag.slurm.discover import (
         check_caller_may_attach,
         discover_job,
         job_ref_from_user,
     )
-    from slurmdiag.slurm.parse import expand_hostlist
     from slurmdiag.transport.collect import default_tool_paths, srun_environment
 
     het_group = None

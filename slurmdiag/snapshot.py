@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from slurmdiag.errors import ParseError
+from slurmdiag.vocabulary import NodeStatus
 
 SCHEMA_VERSION = 1
 
-NODE_STATUSES = ("ok", "timeout", "error", "unreachable")
+#: ``Node.status`` words (slurmdiag.vocabulary.NodeStatus).
+NODE_STATUSES = tuple(status.value for status in NodeStatus)
 
 
 @dataclass(frozen=True)
@@ -174,12 +176,18 @@ class Interface:
 
 @dataclass(frozen=True)
 class IbPort:
+    """An InfiniBand port: ``state``/``phys_state`` are the kernel's names (``ACTIVE``,
+    ``LinkUp``), ``*_code`` their numbers (4, 5), read from sysfs' ``4: ACTIVE`` on the controller
+    (``slurmdiag.parsers.infiniband``); snapshots written before the codes have ``None`` there."""
+
     device: str
     port: int
     state: str | None = None
     phys_state: str | None = None
     rate: str | None = None
     link_layer: str | None = None
+    state_code: int | None = None
+    phys_state_code: int | None = None
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,10 @@ from typing import Any
 
 from slurmdiag.analysis.stacks import is_user_file
 from slurmdiag.errors import ParseError
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.safeio import decimal_int
-from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Verdict
+from slurmdiag.vocabulary import VerdictKind
 
 
 @dataclass(frozen=True)
@@ -279,8 +280,8 @@ def flight_verdicts(section: Mapping[str, Any] | None) -> list[Verdict]:
         evidence.extend(problems[:5])
         verdicts.append(
             Verdict(
-                kind="flight_recorder_mismatch" if finding.kind != "not_reached"
-                else "flight_recorder_not_reached",
+                kind=VerdictKind.FLIGHT_RECORDER_MISMATCH if finding.kind != "not_reached"
+                else VerdictKind.FLIGHT_RECORDER_NOT_REACHED,
                 severity="critical" if finding.kind != "not_reached" else "warning",
                 summary=(
                     f"Flight Recorder: at collective #{finding.seq} of process group "

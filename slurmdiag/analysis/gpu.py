@@ -16,14 +16,14 @@ through CUDA_VISIBLE_DEVICES.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from slurmdiag.analysis.model import finding as _verdict
+from slurmdiag.hostlist import format_int_ranges
+from slurmdiag.parsers.nvidia_smi import parse_xid_events
 from slurmdiag.safeio import decimal_int
-from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Gpu, Node, Snapshot, Verdict
-from slurmdiag.vocabulary import severity_rank
+from slurmdiag.vocabulary import VerdictKind, severity_rank
 
 __all__ = ["gpu_findings", "gpu_ranks"]
 
@@ -73,7 +73,6 @@ HARDWARE_XIDS = frozenset(
     }
 )
 _THROTTLE_WORDS = ("hw_slowdown", "hw_thermal", "sw_thermal", "power_brake", "thermal")
-_XID_RE = re.compile(r"Xid \((?:PCI:)?(?P<pci>[^)]*)\): (?P<xid>[0-9]{1,9})(?![0-9])")
 _YES = frozenset({"yes", "true", "1", "active"})
 
 
@@ -198,7 +197,7 @@ def _spin_findings(nodes: list[Node], hung: bool) -> list[Verdict]:
         )
     return [
         _verdict(
-            "gpu_spin_wait",
+            VerdictKind.GPU_SPIN_WAIT,
             "warning" if hung else "info",
             f"{spin_count} GPU(s) at ~100% SM and ~0% memory utilisation: NCCL kernels "
             "busy-waiting in a collective for a peer",
@@ -226,11 +225,11 @@ def _throttle_reasons(gpu: Gpu) -> list[str]:
 
 
 def _xid_codes(texts: Iterable[str]) -> list[tuple[int, str | None, str]]:
+    """(Xid, bus, line) of each kernel Xid line, read by the parser that found them."""
     out = []
     for text in texts:
-        match = _XID_RE.search(text)
-        if match:
-            out.append((int(match.group("xid")), _bus(match.group("pci")), text))
+        for event in parse_xid_events(text)[:1]:
+            out.append((event.xid, _bus(event.pci), text))
     return out
 
 
@@ -245,7 +244,7 @@ def _node_findings(node: Node, snapshot: Snapshot) -> list[Verdict]:
         )
         found.append(
             _verdict(
-                "gpu_smi_error",
+                VerdictKind.GPU_SMI_ERROR,
                 "critical" if lost else "warning",
                 f"nvidia-smi failed on {node.name}: {state.message or 'no message'}",
                 [p.rank for p in node.ranks if p.rank is not None] if lost else (),
@@ -258,7 +257,7 @@ def _node_findings(node: Node, snapshot: Snapshot) -> list[Verdict]:
     if ecc:
         found.append(
             _verdict(
-                "gpu_ecc",
+                VerdictKind.GPU_ECC,
                 "critical",
                 f"uncorrected ECC errors on {_gpu_label(node, (g.index for g in ecc))}",
                 _ranks_for(node, (g.index for g in ecc)),
@@ -274,7 +273,7 @@ def _node_findings(node: Node, snapshot: Snapshot) -> list[Verdict]:
     if unknown:
         found.append(
             _verdict(
-                "gpu_unknown_error",
+                VerdictKind.GPU_UNKNOWN_ERROR,
                 "critical",
                 f"nvidia-smi reports [Unknown Error] on {_gpu_label(node, (g.index for g, _ in unknown))}"
                 ": the GPU may have fallen off the bus or the driver is wedged",
@@ -291,7 +290,7 @@ def _node_findings(node: Node, snapshot: Snapshot) -> list[Verdict]:
     if pending:
         found.append(
             _verdict(
-                "gpu_rows_pending",
+                VerdictKind.GPU_ROWS_PENDING,
                 "warning",
                 f"retired pages / remapped rows pending on "
                 f"{_gpu_label(node, (g.index for g in pending))}: the repair needs a GPU reset",
@@ -305,7 +304,7 @@ def _node_findings(node: Node, snapshot: Snapshot) -> list[Verdict]:
     if throttled:
         found.append(
             _verdict(
-                "gpu_throttle",
+                VerdictKind.GPU_THROTTLE,
                 "warning",
                 f"clocks throttled on {_gpu_label(node, (g.index for g, _ in throttled))} "
                 f"({', '.join(sorted({x for _, r in throttled for x in r}))}): this rank is "
@@ -332,7 +331,7 @@ def _node_findings(node: Node, snapshot: Snapshot) -> list[Verdict]:
         hardware = any(code in HARDWARE_XIDS for code, _, _ in codes)
         found.append(
             _verdict(
-                "gpu_xid",
+                VerdictKind.GPU_XID,
                 "critical" if hardware else "warning",
                 f"Xid {', '.join(str(c) for c in sorted({c for c, _, _ in codes}))} on "
                 f"{node.name}"
@@ -370,7 +369,7 @@ def _foreign(node: Node) -> list[Verdict]:
     indexes = [by_uuid.get(a.gpu_uuid or "") for a in foreign]
     return [
         _verdict(
-            "gpu_foreign_process",
+            VerdictKind.GPU_FOREIGN_PROCESS,
             "warning",
             f"{_gpu_label(node, indexes)} also run{'s' if len(foreign) == 1 else ''} "
             f"{len(foreign)} process(es) outside the job",

@@ -31,12 +31,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurmdiag.analysis.model import finding as _verdict
+from slurmdiag.hostlist import format_int_ranges
+from slurmdiag.parsers.infiniband import IB_PORT_ACTIVE_STATES, parse_sysfs_ib_state
 from slurmdiag.safeio import decimal_int
-from slurmdiag.slurm.parse import format_int_ranges
-from slurmdiag.snapshot import Interface, LogFinding, Node, Snapshot, Verdict
-from slurmdiag.vocabulary import severity_rank
+from slurmdiag.snapshot import IbPort, Interface, LogFinding, Node, Snapshot, Verdict
+from slurmdiag.vocabulary import NodeStatus, VerdictKind, severity_rank
 
 __all__ = [
+    "ib_port_active",
     "interface_matches",
     "nic_findings",
     "parse_nccl_device_list",
@@ -142,7 +144,7 @@ def _label(names: Iterable[str]) -> str:
 
 class _Hosts:
     def __init__(self, snapshot: Snapshot) -> None:
-        self.nodes = [n for n in snapshot.nodes if n.status == "ok"]
+        self.nodes = [n for n in snapshot.nodes if n.status == NodeStatus.OK]
         self.key = {n.name: _host_key(n) for n in self.nodes}
         self.distinct = len(set(self.key.values()))
         self.addr_host: dict[str, HostKey] = {}
@@ -240,7 +242,7 @@ def _connection_findings(snapshot: Snapshot, hosts: _Hosts) -> tuple[list[Verdic
     for (node_name, iface), ranks in sorted(down.items()):
         found.append(
             _verdict(
-                "nic_down",
+                VerdictKind.NIC_DOWN,
                 "critical",
                 f"{_ranks_label(ranks)} on {node_name} send inter-node traffic over {iface}, "
                 "which is DOWN",
@@ -265,7 +267,7 @@ def _connection_findings(snapshot: Snapshot, hosts: _Hosts) -> tuple[list[Verdic
             ]
             found.append(
                 _verdict(
-                    "nic_mismatch",
+                    VerdictKind.NIC_MISMATCH,
                     "warning",
                     "the job's hosts reach each other over different interfaces: "
                     + "; ".join(evidence[:4]),
@@ -378,7 +380,7 @@ def _loopback_env_findings(hosts: _Hosts) -> list[Verdict]:
     if master:
         found.append(
             _verdict(
-                "nic_loopback",
+                VerdictKind.NIC_LOOPBACK,
                 "critical",
                 f"MASTER_ADDR points at the loopback address on {_label(n.name for n in master)} "
                 "in a job that spans several hosts: the other hosts cannot reach the store",
@@ -402,7 +404,7 @@ def _loopback_env_findings(hosts: _Hosts) -> list[Verdict]:
         if bad:
             found.append(
                 _verdict(
-                    "nic_loopback",
+                    VerdictKind.NIC_LOOPBACK,
                     "critical",
                     f"{var} selects a loopback/container interface on "
                     f"{_label(n.name for n in bad)} in a job that spans several hosts",
@@ -460,7 +462,7 @@ def _master_findings(hosts: _Hosts) -> list[Verdict]:
                 evidence.append(f"port {port} is served (LISTEN) on {_label(listeners)}")
         found.append(
             _verdict(
-                "nic_master_unreachable",
+                VerdictKind.NIC_MASTER_UNREACHABLE,
                 "critical",
                 f"MASTER_ADDR {addr} is not an address of any node of the job and no rank is "
                 f"connected to {target}: the ranks cannot reach the rendezvous store",
@@ -542,7 +544,7 @@ def _mtu_verdict(hosts: _Hosts, values: dict[str, int], what: str, basis: str) -
     ]
     evidence = [f"{node}: MTU {mtu}" for node, mtu in sorted(values.items())]
     return _verdict(
-        "nic_mtu_mismatch",
+        VerdictKind.NIC_MTU_MISMATCH,
         "warning",
         f"MTU differs across hosts on {what}: "
         + ", ".join(
@@ -555,11 +557,18 @@ def _mtu_verdict(hosts: _Hosts, values: dict[str, int], what: str, basis: str) -
     )
 
 
+def ib_port_active(port: IbPort) -> bool:
+    """ACTIVE (or ACTIVE_DEFER) by the port's state number; a snapshot written before the
+    numbers were kept has the sysfs text or the name, read with the same parser."""
+    code = port.state_code if port.state_code is not None else parse_sysfs_ib_state(port.state).code
+    return code in IB_PORT_ACTIVE_STATES
+
+
 def _ib_findings(hosts: _Hosts) -> list[Verdict]:
     active_somewhere: set[tuple[str, int]] = set()
     for node in hosts.nodes:
         for port in node.nics.ib_ports if node.nics else ():
-            if "ACTIVE" in (port.state or "").upper():
+            if ib_port_active(port):
                 active_somewhere.add((port.device, port.port))
     found = []
     for node in hosts.one_per_host():
@@ -567,7 +576,7 @@ def _ib_findings(hosts: _Hosts) -> list[Verdict]:
         down = [
             p
             for p in (node.nics.ib_ports if node.nics else ())
-            if "ACTIVE" not in (p.state or "").upper()
+            if not ib_port_active(p)
         ]
         if not down:
             continue
@@ -613,7 +622,7 @@ def _ib_findings(hosts: _Hosts) -> list[Verdict]:
             same_host = [n for n in hosts.nodes if hosts.key[n.name] == hosts.key[node.name]]
             found.append(
                 _verdict(
-                    "ib_port_down",
+                    VerdictKind.IB_PORT_DOWN,
                     severity,
                     f"InfiniBand port not ACTIVE on {node.name}: {desc} ({why})",
                     _ranks_of(same_host) if severity == "warning" else (),
@@ -711,7 +720,7 @@ def _log_findings(
             evidence = [f"{h}: {', '.join(sorted(v))}" for h, v in sorted(by_host.items())]
             found.append(
                 _verdict(
-                    "nic_mismatch",
+                    VerdictKind.NIC_MISMATCH,
                     "warning",
                     "NCCL logs show hosts of one job on different interfaces: "
                     + "; ".join(evidence[:4]),
@@ -723,7 +732,7 @@ def _log_findings(
     if no_device:
         found.append(
             _verdict(
-                "nic_env_missing_device",
+                VerdictKind.NIC_ENV_MISSING_DEVICE,
                 "warning",
                 f"NCCL found no usable interface on {_label(sorted(no_device))}",
                 [f.rank for fs in no_device.values() for f in fs if f.rank is not None],
@@ -866,7 +875,7 @@ def watchdog_findings(snapshot: Snapshot) -> list[Verdict]:
             evidence.append(f"process group {pg}")
         found.append(
             _verdict(
-                "watchdog_timeout",
+                VerdictKind.WATCHDOG_TIMEOUT,
                 "critical",
                 summary,
                 disagreeing,

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from slurmdiag.analysis.model import ClassifiedFrame, StackClass, TreeNode
-from slurmdiag.slurm.parse import format_int_ranges
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.snapshot import Frame, Node, Rank, Sample, Snapshot, ThreadStack
+from slurmdiag.vocabulary import NodeStatus
 
 __all__ = [
     "BLOCKING_KINDS",
@@ -1089,4 +1090,4 @@ def snapshot_node(snapshot: Snapshot, name: str) -> Node:
     for node in snapshot.nodes:
         if node.name == name:
             return node
-    return Node(name=name, status="ok")
+    return Node(name=name, status=NodeStatus.OK)

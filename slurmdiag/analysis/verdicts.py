@@ -66,20 +66,12 @@ from slurmdiag.analysis.stacks import (
     main_thread,
     merge_stacks,
 )
-from slurmdiag.slurm.parse import compress_hostlist
+from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.snapshot import Frame, LogFinding, Sample, Snapshot, Verdict, WorkerProcess
-from slurmdiag.vocabulary import severity_rank
+from slurmdiag.vocabulary import HANG_KINDS, NodeStatus, VerdictKind, severity_rank
 
-__all__ = ["HANG_KINDS", "diagnose"]
+__all__ = ["diagnose"]
 
-HANG_KINDS = (
-    "missing_rank",
-    "straggler",
-    "spinning",
-    "mismatched_collective",
-    "all_waiting",
-    "idle",
-)
 
 NEXT_STEPS = {
     "mismatched_collective": (
@@ -418,7 +410,7 @@ def _expected_ranks(snapshot: Snapshot, merge: StackMerge) -> _Layout:
     elif present:
         world = max(present) + 1  # a lower bound: every rank below the highest one exists
     seen = {n.name for n in snapshot.nodes}
-    failed = [n.name for n in snapshot.nodes if n.status != "ok"]
+    failed = [n.name for n in snapshot.nodes if n.status != NodeStatus.OK]
     failed += [name for name in snapshot.job.nodes if name not in seen]
     if world is None:
         return _Layout(None, (), (), tuple(failed), tuple(notes))
@@ -452,7 +444,7 @@ def _rank_owner(snapshot: Snapshot, world: int):  # type: ignore[no-untyped-def]
     node is read from its own ranks rather than from its position in the node list.
     """
     n_nodes = len(snapshot.job.nodes) or len(snapshot.nodes)
-    ok_nodes = [n for n in snapshot.nodes if n.status == "ok"]
+    ok_nodes = [n for n in snapshot.nodes if n.status == NodeStatus.OK]
     if n_nodes == 0 or any(not any(p.rank is not None for p in n.ranks) for n in ok_nodes):
         return None
     node_ranks = [{p.rank for p in n.ranks if p.rank is not None} for n in ok_nodes]
@@ -678,7 +670,7 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
     weak = reference and rule == TIE_RULES[-1]
     return Verdict(
         confidence="medium" if weak else None,
-        kind="mismatched_collective",
+        kind=VerdictKind.MISMATCHED_COLLECTIVE,
         severity=severity,
         summary=summary,
         culprit_ranks=tuple(culprits),
@@ -724,7 +716,7 @@ def _waits_alone(
         )
     evidence.extend(evidence_extra)
     return Verdict(
-        kind="mismatched_collective",
+        kind=VerdictKind.MISMATCHED_COLLECTIVE,
         severity=severity,
         summary=(
             f"{_waiting_phrase(culprit_statuses)} while {_waiting_phrase(others)}: "
@@ -760,7 +752,7 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
     if waiting:
         evidence.extend(_group_evidence(waiting, limit=4))
     return Verdict(
-        kind="straggler",
+        kind=VerdictKind.STRAGGLER,
         severity=severity,
         summary=summary,
         culprit_ranks=tuple(ranks),
@@ -806,7 +798,7 @@ def _spinning(busy: list[_Status], waiting: list[_Status], severity: str) -> Ver
     if waiting:
         evidence.extend(_group_evidence(waiting, limit=4))
     return Verdict(
-        kind="spinning",
+        kind=VerdictKind.SPINNING,
         severity=severity,
         summary=summary,
         culprit_ranks=tuple(ranks),
@@ -846,7 +838,7 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
     )
     return replace(
         verdict,
-        kind="slow_step",
+        kind=VerdictKind.SLOW_STEP,
         confidence="low",
         summary="a slow step or a hang, cannot tell: " + verdict.summary,
         evidence=(*verdict.evidence, why),
@@ -866,7 +858,7 @@ def _unsampled_straggler(unsampled: list[_Status], waiting: list[_Status]) -> Ve
             evidence.append(f"rank {s.rank}: {errors[0][:200]}")
     evidence.extend(_group_evidence(waiting, limit=4))
     return Verdict(
-        kind="straggler",
+        kind=VerdictKind.STRAGGLER,
         severity="warning",
         summary=f"{_ranks_label(ranks)} could not be sampled while {_waiting_phrase(waiting)}: "
         f"{'it is' if len(ranks) == 1 else 'they are'} the likely culprit",
@@ -904,7 +896,7 @@ def _missing(
     if others:
         evidence.extend(_group_evidence(others, limit=4))
     return Verdict(
-        kind="missing_rank",
+        kind=VerdictKind.MISSING_RANK,
         severity="critical",
         summary=summary,
         culprit_ranks=tuple(culprits),
@@ -940,7 +932,7 @@ def _launchers_waiting(
     snapshot: Snapshot, waiting: list[tuple[str, WorkerProcess, Frame]]
 ) -> Verdict:
     nodes = [name for name, _, _ in waiting]
-    silent = [n.name for n in snapshot.nodes if n.status == "ok" and n.name not in nodes]
+    silent = [n.name for n in snapshot.nodes if n.status == NodeStatus.OK and n.name not in nodes]
     frame = waiting[0][2]
     evidence = [
         f"{name}: pid {proc.pid} {' '.join(proc.cmdline)[:200]}" for name, proc, _ in waiting[:6]
@@ -948,7 +940,7 @@ def _launchers_waiting(
     if silent:
         evidence.append(f"no launcher in a rendezvous on {compress_hostlist(silent)}")
     return Verdict(
-        kind="no_ranks",
+        kind=VerdictKind.NO_RANKS,
         severity="critical",
         summary=(
             f"no rank has started: the launchers on {compress_hostlist(nodes)} wait in their "
@@ -966,7 +958,7 @@ def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdi
     ranks = [s.rank for s in waiting]
     if head.status == "waiting" and head.op in STARTUP_OPS:
         return Verdict(
-            kind="all_waiting",
+            kind=VerdictKind.ALL_WAITING,
             severity=severity,
             summary=(
                 f"every known rank ({format_int_ranges(ranks)}) waits in {head.op} at "
@@ -988,7 +980,7 @@ def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdi
             f"{_where(head)}{kind_note}"
         )
     return Verdict(
-        kind="all_waiting",
+        kind=VerdictKind.ALL_WAITING,
         severity=severity,
         summary=summary,
         culprit_ranks=(),
@@ -1020,7 +1012,7 @@ def _progressing(
     if layout.missing:
         evidence.append(f"{_ranks_label(layout.missing)} not found in the snapshot")
     return Verdict(
-        kind="progressing",
+        kind=VerdictKind.PROGRESSING,
         severity="info",
         summary=f"the job is progressing, not hung: {why}",
         culprit_ranks=(),
@@ -1054,7 +1046,7 @@ def _progressing_by_traffic(
         + "; ".join(_group_evidence(statuses, limit=3))
     )
     return Verdict(
-        kind="progressing",
+        kind=VerdictKind.PROGRESSING,
         severity="info",
         summary=f"the job is progressing, not hung: {len(ranks)} of {traced} traced ranks "
         f"({format_int_ranges(ranks)}) moved data over the network while strace watched",
@@ -1070,7 +1062,7 @@ def _hang_verdicts(
     if not snapshot.nodes:
         return [
             Verdict(
-                kind="incomplete",
+                kind=VerdictKind.INCOMPLETE,
                 severity="warning",
                 summary="the snapshot holds no node results: nothing to analyse",
                 next_step=NEXT_STEPS["incomplete"],
@@ -1081,7 +1073,7 @@ def _hang_verdicts(
             n = len(merge.unidentified)
             return [
                 Verdict(
-                    kind="incomplete",
+                    kind=VerdictKind.INCOMPLETE,
                     severity="warning",
                     summary=f"{n} job process{'es' if n != 1 else ''} found, none with a rank "
                     "identity (RANK / SLURM_PROCID): cannot compare ranks",
@@ -1096,7 +1088,7 @@ def _hang_verdicts(
             return [_launchers_waiting(snapshot, waiting_launchers)], False
         return [
             Verdict(
-                kind="no_ranks",
+                kind=VerdictKind.NO_RANKS,
                 severity="warning",
                 summary="no rank process of the job was found on any node that answered",
                 evidence=tuple(f"{n.name}: {n.status}" for n in snapshot.nodes[:8]),
@@ -1170,7 +1162,7 @@ def _hang_verdicts(
         verdicts.append(_unsampled_straggler(unsampled, waiting))
     if not verdicts:
         verdicts.extend(_without_waiters(waiting, blocked, busy, severity))
-    if verdicts and verdicts[0].kind in ("straggler", "spinning", "missing_rank"):
+    if verdicts and verdicts[0].kind in (VerdictKind.STRAGGLER, VerdictKind.SPINNING, VerdictKind.MISSING_RANK):
         positions = {s.position for s in waiting}
         if len(positions) > 1:
             verdicts[0] = _with_evidence(
@@ -1333,7 +1325,7 @@ def _busy_everywhere(busy: list[_Status]) -> Verdict:
         why = "py-spy saw their main threads running"
     evidence.extend(_group_evidence(busy, limit=3))
     return Verdict(
-        kind="progressing",
+        kind=VerdictKind.PROGRESSING,
         severity="info",
         summary=(
             f"not hung: {_ranks_label(s.rank for s in busy)} compute in their own code with no "
@@ -1365,7 +1357,7 @@ def _without_waiters(
         if head.status == "blocked" and head.kind == "sleep":
             return [
                 Verdict(
-                    kind="idle",
+                    kind=VerdictKind.IDLE,
                     severity="info",
                     summary=f"every rank is sleeping at {head.site}: no collective is pending, "
                     "so this is not a collective hang",
@@ -1432,15 +1424,15 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     statuses = [_status(merge, d) for d in merge.digests]
     hang, hung = _hang_verdicts(snapshot, merge, statuses, layout)
 
-    hang = [_with_exit_evidence(snapshot, v) if v.kind == "missing_rank" else v for v in hang]
+    hang = [_with_exit_evidence(snapshot, v) if v.kind == VerdictKind.MISSING_RANK else v for v in hang]
     disagreement = watchdog_disagreement(snapshot)
     if disagreement:
         hang = [
-            _with_evidence(v, [disagreement]) if v.kind == "mismatched_collective" else v
+            _with_evidence(v, [disagreement]) if v.kind == VerdictKind.MISMATCHED_COLLECTIVE else v
             for v in hang
         ]
     others: list[Verdict] = []
-    progressing = any(v.kind == "progressing" for v in hang)
+    progressing = any(v.kind == VerdictKind.PROGRESSING for v in hang)
     for v in watchdog_findings(snapshot):
         # a timeout in the log while the stacks move: an earlier incident (or restart)
         others.append(replace(v, severity="warning") if progressing else v)
@@ -1456,12 +1448,12 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     if others:
         pointers = [f"see {v.kind}: {v.summary}" for v in others if v.severity != "info"][:4]
         if pointers:
-            hang = [_with_evidence(v, pointers) if v.kind == "all_waiting" else v for v in hang]
-    if layout.failed_nodes and snapshot.nodes and not any(v.kind == "incomplete" for v in hang):
-        failed = [n for n in snapshot.nodes if n.status != "ok"]
+            hang = [_with_evidence(v, pointers) if v.kind == VerdictKind.ALL_WAITING else v for v in hang]
+    if layout.failed_nodes and snapshot.nodes and not any(v.kind == VerdictKind.INCOMPLETE for v in hang):
+        failed = [n for n in snapshot.nodes if n.status != NodeStatus.OK]
         others.append(
             Verdict(
-                kind="incomplete",
+                kind=VerdictKind.INCOMPLETE,
                 severity="warning",
                 summary=f"{len(layout.failed_nodes)} node(s) did not report "
                 f"({', '.join(layout.failed_nodes[:8])}); "

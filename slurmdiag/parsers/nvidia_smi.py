@@ -1,4 +1,4 @@
-"""Parsers for nvidia-smi (CSV queries, ``-q -x`` XML, ``-q`` text) and kernel Xid lines.
+"""Parsers for nvidia-smi (CSV queries, ``-q -x`` XML) and kernel Xid lines: what the collector runs.
 
 Every parser fills ``Gpu.raw`` with the fields it read, verbatim, under the ``--query-gpu``
 field names (``utilization.gpu``, ``memory.used``, ...) whatever the input format, so that a
@@ -7,7 +7,7 @@ field names (``utilization.gpu``, ``memory.used``, ...) whatever the input forma
 Clock event (throttle) reasons are reported in one vocabulary for all formats: a comma-joined
 list of NVML reason names (``gpu_idle``, ``sw_power_cap``, ``hw_slowdown``, ...), ``""`` when
 none is active, None when nvidia-smi did not say. The CSV bitmask (``0x...84``) is decoded
-into it; in ``raw`` the CSV keeps the bitmask while XML and ``-q`` text keep the name list.
+into it; in ``raw`` the CSV keeps the bitmask while XML keeps the name list.
 GPU ``index`` is the CSV ``index`` column when queried, else the order of appearance (which
 is nvidia-smi's own enumeration order in every format).
 """
@@ -18,7 +18,6 @@ import csv
 import html
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from slurmdiag.errors import ParseError
@@ -28,7 +27,6 @@ from slurmdiag.snapshot import Gpu, GpuApp
 __all__ = [
     "XidEvent",
     "parse_nvidia_smi_apps_csv",
-    "parse_nvidia_smi_q_text",
     "parse_nvidia_smi_query_csv",
     "parse_nvidia_smi_xml",
     "parse_xid_events",
@@ -47,18 +45,6 @@ _REASON_BITS = (
     (0x80, "hw_power_brake_slowdown"),
     (0x100, "display_clocks_setting"),
 )
-# Labels of the "Clocks Event Reasons" section of `nvidia-smi -q`.
-_REASON_LABELS = {
-    "idle": "gpu_idle",
-    "applications clocks setting": "applications_clocks_setting",
-    "sw power cap": "sw_power_cap",
-    "hw slowdown": "hw_slowdown",
-    "hw thermal slowdown": "hw_thermal_slowdown",
-    "hw power brake slowdown": "hw_power_brake_slowdown",
-    "sync boost": "sync_boost",
-    "sw thermal slowdown": "sw_thermal_slowdown",
-    "display clock setting": "display_clocks_setting",
-}
 
 _NUMBER_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 
@@ -357,119 +343,6 @@ def parse_nvidia_smi_xml(text: str) -> tuple[Gpu, ...]:
 
 
 # ---------------------------------------------------------------------------------------------
-# -q text
-
-_GPU_SECTION_RE = re.compile(
-    r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$"
-)
-_KEY_VALUE_RE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:]*?\S)\s*(?::\s?(?P<value>.*))?$")
-
-
-def _q_text_entries(lines: Iterable[str]) -> Iterator[tuple[tuple[str, ...], str | None]]:
-    """(path of keys, value) for each line of one GPU section, from its indentation."""
-    stack: list[tuple[int, str]] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        match = _KEY_VALUE_RE.match(line.expandtabs())
-        if match is None:
-            continue
-        indent = len(match.group("indent"))
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        key = match.group("key").strip()
-        stack.append((indent, key))
-        value = match.group("value")
-        yield tuple(k for _, k in stack), value.strip() if value is not None else None
-
-
-def _gpu_from_q_text(index: int, bus_id: str, lines: list[str]) -> Gpu:
-    values: dict[tuple[str, ...], str | None] = {}
-    reasons: list[str] | None = None
-    volatile_unc: list[str] = []
-    for path, value in _q_text_entries(lines):
-        values.setdefault(path, value)
-        if path[0] in ("Clocks Event Reasons", "Clocks Throttle Reasons"):
-            reasons = [] if reasons is None else reasons
-            if len(path) > 1 and value == "Active":
-                label = path[-1].lower()
-                reasons.append(_REASON_LABELS.get(label, label.replace(" ", "_")))
-        # "SRAM/DRAM Uncorrectable[ Parity| SEC-DED]" (535+) or "Double Bit > Total" (old)
-        if (
-            path[:2] == ("ECC Errors", "Volatile")
-            and value is not None
-            and ("Uncorrectable" in path[-1] or path[2:] == ("Double Bit", "Total"))
-        ):
-            volatile_unc.append(value)
-
-    def get(*paths: tuple[str, ...]) -> str | None:
-        for path in paths:
-            value = values.get(path)
-            if value is not None:
-                return value
-        return None
-
-    raw: dict[str, str] = {"pci.bus_id": bus_id}
-
-    def put(field: str, value: str | None) -> None:
-        if value is not None:
-            raw[field] = value
-
-    put("name", get(("Product Name",)))
-    put("uuid", get(("GPU UUID",)))
-    put("utilization.gpu", get(("Utilization", "Gpu")))
-    put("utilization.memory", get(("Utilization", "Memory")))
-    put("memory.used", get(("FB Memory Usage", "Used")))
-    put("memory.total", get(("FB Memory Usage", "Total")))
-    put("temperature.gpu", get(("Temperature", "GPU Current Temp")))
-    put(
-        "power.draw",
-        get(
-            ("GPU Power Readings", "Power Draw"),
-            ("Power Readings", "Power Draw"),
-            ("GPU Power Readings", "Instantaneous Power Draw"),
-            ("GPU Power Readings", "Average Power Draw"),
-        ),
-    )
-    put("pcie.link.gen.current", get(("PCI", "GPU Link Info", "PCIe Generation", "Current")))
-    put("pcie.link.width.current", get(("PCI", "GPU Link Info", "Link Width", "Current")))
-    reasons_text = ",".join(reasons) if reasons is not None else None
-    put("clocks_event_reasons.active", reasons_text)
-    if volatile_unc:
-        known = [n for n in (_number(v) for v in volatile_unc) if n is not None]
-        put(
-            "ecc.errors.uncorrected.volatile.total",
-            str(int(sum(known))) if known else volatile_unc[0],
-        )
-    put(
-        "retired_pages.pending",
-        get(
-            ("Retired Pages", "Pending Page Blacklist"),
-            ("Retired Pages", "Pending Page Retirement"),
-            ("Retired Pages", "Pending"),
-        ),
-    )
-    put("remapped_rows.pending", get(("Remapped Rows", "Pending"), ("Remapped Rows",)))
-    put("mig.mode.current", get(("MIG Mode", "Current")))
-    return _gpu_from_fields(index, raw, reasons_text)
-
-
-def parse_nvidia_smi_q_text(text: str) -> tuple[Gpu, ...]:
-    """Parse ``nvidia-smi -q`` text; a GPU section cut short gives the fields it has."""
-    sections: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        match = _GPU_SECTION_RE.match(line)
-        if match:
-            sections.append((match.group(1), []))
-        elif sections:
-            sections[-1][1].append(line)
-    if not sections:
-        if not text.strip() or "NVSMI LOG" in text or "No devices were found" in text:
-            return ()
-        raise ParseError("not 'nvidia-smi -q' output: no 'GPU 0000:..' section")
-    return tuple(_gpu_from_q_text(i, bus, lines) for i, (bus, lines) in enumerate(sections))
-
-
 # ---------------------------------------------------------------------------------------------
 # Xid (kernel log)
 

@@ -13,13 +13,13 @@ from typing import Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import SlurmdiagError
+from slurmdiag.hostlist import expand_hostlist
 from slurmdiag.post_mortem.cores import CoreSearch, CoreStack, search_cores
 from slurmdiag.post_mortem.logs import RankLogs, files_under, per_rank_files, read_rank_logs
 from slurmdiag.post_mortem.record import SlurmRecord, read_slurm_record
 from slurmdiag.post_mortem.verdicts import first_cause, postmortem_verdicts
 from slurmdiag.safeio import decimal_int, job_uid
 from slurmdiag.slurm.discover import job_ref_from_user
-from slurmdiag.slurm.parse import expand_hostlist
 from slurmdiag.slurm.sacct import (
     AcctRecord,
     expand_filename_pattern,
@@ -28,6 +28,7 @@ from slurmdiag.slurm.sacct import (
 )
 from slurmdiag.snapshot import Frame, Job, Node, Rank, Sample, Snapshot, ThreadStack
 from slurmdiag.transport.run import Runner, run_command
+from slurmdiag.vocabulary import NodeStatus
 
 # NCCL's default TORCH_FR_DUMP_TEMP_FILE; a site's own prefix is passed with --flight-recorder.
 DEFAULT_FR_PREFIX = "/tmp/nccl_trace_rank_"
@@ -148,7 +149,7 @@ def _flight_summary(section: dict[str, Any] | None) -> dict[str, Any]:
     """
     if not section:
         return {}
-    from slurmdiag.slurm.parse import format_int_ranges
+    from slurmdiag.hostlist import format_int_ranges
 
     last = {int(r): found for r, raw in section["dumps"].items()
             if (found := _last_collective(raw)) is not None}
@@ -210,7 +211,7 @@ def _rank_stacks(logs: RankLogs, cores: Sequence[CoreStack], record: SlurmRecord
         host, rank = per_rank[rank_number]
         by_node.setdefault(host or "unknown node", []).append(rank)
     return tuple(
-        Node(name=name, status="ok", discovery="postmortem", message="from the job's logs and cores",
+        Node(name=name, status=NodeStatus.OK, discovery="postmortem", message="from the job's logs and cores",
              ranks=tuple(ranks))
         for name, ranks in sorted(by_node.items())
     )
@@ -269,7 +270,7 @@ def build_postmortem(
     prefixes = [*flight_recorder, DEFAULT_FR_PREFIX]
     flight = read_flight_recorder(prefixes, world)
     if flight and flight["missing_ranks"]:
-        from slurmdiag.slurm.parse import format_int_ranges
+        from slurmdiag.hostlist import format_int_ranges
 
         notes.append(f"no Flight Recorder dump from ranks {format_int_ranges(flight['missing_ranks'])}")
     verdicts = postmortem_verdicts(record, rank_logs.findings, core_search.cores,

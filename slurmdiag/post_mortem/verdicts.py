@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from slurmdiag.analysis.stacks import is_user_file
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.post_mortem.cores import CoreStack
 from slurmdiag.post_mortem.logs import order_key
 from slurmdiag.post_mortem.record import SlurmRecord
-from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.slurm.sacct import signal_name
 from slurmdiag.snapshot import LogFinding, Verdict
+from slurmdiag.vocabulary import VerdictKind
 
 # What an event says about its rank: a cause, or a consequence of another rank's end.
 CAUSES = ("fatal_signal", "task_exit", "exception", "collective_timeout", "oom_kill")
@@ -129,19 +130,19 @@ def postmortem_verdicts(
         # a core but no log line: the crash is the core's
         rank, core = min(cores_by_rank.items())
         verdicts.append(_crash_verdict(rank, core, None, findings, last_lines))
-    if ("NODE_FAIL" in states or node_lost) and not any(v.kind == "node_failure" for v in verdicts):
+    if ("NODE_FAIL" in states or node_lost) and not any(v.kind == VerdictKind.NODE_FAILURE for v in verdicts):
         verdicts.append(_node_failure_verdict(record, findings, last_lines, world_size))
     if "OUT_OF_MEMORY" in states and not any(v.kind == "out_of_memory" for v in verdicts):
         steps = [s.step_id for s in record.steps if s.state == "OUT_OF_MEMORY"]
         verdicts.append(Verdict(
-            kind="out_of_memory", severity="critical",
+            kind=VerdictKind.OUT_OF_MEMORY, severity="critical",
             summary=f"Slurm recorded OUT_OF_MEMORY for {', '.join(steps) or 'the job'}",
             evidence=tuple(_cite(f) for f in findings if f.kind == "oom_kill")[:4],
             next_step=NEXT_STEPS["out_of_memory"]))
     due = (cancel.fields.get("due_to") if cancel else None) or ""
     if job.state == "TIMEOUT" or "TIME LIMIT" in due:
         verdicts.append(Verdict(
-            kind="time_limit", severity="critical",
+            kind=VerdictKind.TIME_LIMIT, severity="critical",
             summary=f"the job ran into its time limit ({job.time_limit or '?'}) and Slurm ended it"
                     + (f" after {job.elapsed_s} s" if job.elapsed_s else ""),
             evidence=tuple(_last_line_evidence(last_lines)) + ((_cite(cancel),) if cancel else ()),
@@ -150,17 +151,17 @@ def postmortem_verdicts(
         # (a step cancelled by srun -K/--kill-on-bad-exit is not a user's cancel: the job FAILED)
         who = job.cancelled_by or (cancel.fields.get("by") if cancel else None)
         verdicts.append(Verdict(
-            kind="cancelled", severity="info",
+            kind=VerdictKind.CANCELLED, severity="info",
             summary=f"the job was cancelled by {_who(who)}: not a failure"
                     + (" (a rank had failed before: see above)" if cause else ""),
             evidence=((_cite(cancel),) if cancel else ()) + tuple(_last_line_evidence(last_lines))[:4],
             next_step=NEXT_STEPS["cancelled"]))
     if job.state == "COMPLETED" and not verdicts:
-        verdicts.append(Verdict(kind="completed", severity="info",
+        verdicts.append(Verdict(kind=VerdictKind.COMPLETED, severity="info",
                                 summary=f"the job completed (exit code {job.exit_code or 0})"))
     if not verdicts:
         verdicts.append(Verdict(
-            kind="unexplained", severity="warning",
+            kind=VerdictKind.UNEXPLAINED, severity="warning",
             summary=f"Slurm says {job.state}"
                     + (f" (exit code {job.exit_code}" + (f", {signal_name(job.signal)}" if job.signal else "") + ")"
                        if job.exit_code is not None else "")
@@ -214,7 +215,7 @@ def _node_failure_verdict(
         evidence.append(_cite(first_loss_of_peer))
     evidence.extend(f"step {s.step_id}: {s.state}" for s in record.steps[:4])
     return Verdict(
-        kind="node_failure", severity="critical", summary=summary,
+        kind=VerdictKind.NODE_FAILURE, severity="critical", summary=summary,
         culprit_ranks=tuple(on_node), evidence=tuple(evidence),
         next_step=NEXT_STEPS["node_failure"])
 
@@ -250,7 +251,7 @@ def _cause_verdict(
         oom = any(f.kind == "oom_kill" for f in findings) or "OUT_OF_MEMORY" in states
         victims = _victims(findings, {rank})
         return Verdict(
-            kind="out_of_memory" if oom else "rank_killed", severity="critical",
+            kind=VerdictKind.OUT_OF_MEMORY if oom else VerdictKind.RANK_KILLED, severity="critical",
             summary=(f"rank {rank} was killed by SIGKILL"
                      + (" (out of memory)" if oom else " from outside (OOM killer, admin, health check)")
                      + (f" on {cause.host}" if cause.host else "") + " first"
@@ -261,14 +262,14 @@ def _cause_verdict(
     if cause.kind in ("fatal_signal", "task_exit"):
         return _crash_verdict(rank, cores_by_rank.get(rank), cause, findings, last_lines)
     if cause.kind == "oom_kill":
-        return Verdict(kind="out_of_memory", severity="critical",
+        return Verdict(kind=VerdictKind.OUT_OF_MEMORY, severity="critical",
                        summary=f"the kernel's OOM killer ended a process of rank {rank}",
                        culprit_ranks=(rank,), evidence=(_cite(cause),),
                        next_step=NEXT_STEPS["out_of_memory"])
     victims = _victims(findings, {rank})
     site = _user_site_of_frames(cause.fields.get("frames", "")) or cause.fields.get("site")
     return Verdict(
-        kind="rank_exception", severity="critical",
+        kind=VerdictKind.RANK_EXCEPTION, severity="critical",
         summary=f"rank {rank} failed first: {cause.text[:200]}"
                 + (f"; {_label(victims)} only died because of it" if victims else ""),
         culprit_ranks=(rank,), sites=(site,) if site else (),
@@ -304,7 +305,7 @@ def _crash_verdict(
             evidence.append(f"core {core.path}: no stack ({core.message})")
     evidence.extend(_rank_tail(rank, last_lines))
     return Verdict(
-        kind="rank_crashed", severity="critical",
+        kind=VerdictKind.RANK_CRASHED, severity="critical",
         summary=f"rank {rank} crashed first with {name}"
                 + (f" on {cause.host}" if cause and cause.host else "")
                 + (" (core dumped)" if cause and "core dumped" in cause.text else "")
@@ -357,6 +358,6 @@ def _timeout_verdict(
         evidence.append(str(flight_info["summary"]))
     site = _user_site_of_frames(first.fields.get("frames", ""))
     return Verdict(
-        kind="collective_timeout", severity="critical", summary=summary,
+        kind=VerdictKind.COLLECTIVE_TIMEOUT, severity="critical", summary=summary,
         culprit_ranks=tuple(culprits), sites=(site,) if site else (),
         evidence=tuple(evidence), next_step=NEXT_STEPS["collective_timeout"])

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from slurmdiag.snapshot import Probe, ProbeLink, Verdict
+from slurmdiag.vocabulary import NodeStatus, VerdictKind
 
 SLOW_FACTOR = 10.0
 
@@ -54,14 +55,14 @@ def probe_verdicts(probe: Probe | None) -> list[Verdict]:
         return []
     verdicts: list[Verdict] = []
     by_name = {n.name: n for n in probe.nodes}
-    present = [n.name for n in probe.nodes if n.status == "ok" or n.address]
+    present = [n.name for n in probe.nodes if n.status == NodeStatus.OK or n.address]
     bad_nodes: dict[str, str] = {}
     for node in probe.nodes:
-        if node.status != "ok" and not node.address:
+        if node.status != NodeStatus.OK and not node.address:
             bad_nodes[node.name] = f"its probe did not start or answer ({node.message})"
         elif node.operstate not in (None, "up", "unknown"):
             bad_nodes[node.name] = f"interface {node.interface} is {node.operstate}"
-        elif node.status != "ok":
+        elif node.status != NodeStatus.OK:
             bad_nodes[node.name] = f"its probe never answered ({node.message})"
     links_of: dict[tuple[str, str], list[ProbeLink]] = {}
     for link in probe.links:
@@ -90,7 +91,7 @@ def probe_verdicts(probe: Probe | None) -> list[Verdict]:
         evidence = [f"{name}: {seen.interface or '?'} {seen.address or '?'} mtu {seen.mtu}"] if seen else []
         evidence += [f"{x.source} -> {x.target}: {x.error}" for p in sorted(failed) if name in p
                      for x in links_of.get(p, ()) if x.error][:6]
-        verdicts.append(Verdict(kind="probe_bad_node", severity="critical",
+        verdicts.append(Verdict(kind=VerdictKind.PROBE_BAD_NODE, severity="critical",
                                 summary=f"node {name}: {reason}", evidence=tuple(evidence),
                                 next_step=_node_next_step([name], reason)))
     among = [_pair(a, b) for i, a in enumerate(alive) for b in alive[i + 1:]]
@@ -98,7 +99,7 @@ def probe_verdicts(probe: Probe | None) -> list[Verdict]:
         names = ", ".join(alive)
         ifaces = sorted({f"{n.interface}" for n in probe.nodes if n.name in alive})
         verdicts.append(Verdict(
-            kind="probe_no_path", severity="critical",
+            kind=VerdictKind.PROBE_NO_PATH, severity="critical",
             summary=f"no two of {names} could exchange data over {', '.join(ifaces)}: the "
             "interface is the wrong one, or its network is down for all of them",
             evidence=tuple(f"{x.source} -> {x.target}: {x.error}" for p in among
@@ -110,7 +111,7 @@ def probe_verdicts(probe: Probe | None) -> list[Verdict]:
         if a in bad_nodes or b in bad_nodes:
             continue
         tests = links_of.get((a, b), [])
-        verdicts.append(Verdict(kind="probe_bad_link", severity="critical",
+        verdicts.append(Verdict(kind=VerdictKind.PROBE_BAD_LINK, severity="critical",
                                 summary=f"link {a} <-> {b} fails while both nodes reach the others",
                                 evidence=tuple(f"{x.source} -> {x.target}: {x.error or 'ok'}"
                                                for x in tests), next_step=_link_next_step(a, b)))
@@ -119,7 +120,7 @@ def probe_verdicts(probe: Probe | None) -> list[Verdict]:
     verdicts += _collective_verdicts(probe)
     if not verdicts and probe.links:
         verdicts.append(Verdict(
-            kind="probe_clean", severity="info",
+            kind=VerdictKind.PROBE_CLEAN, severity="info",
             summary=f"every pair of the {len(probe.nodes)} nodes connected, moved data both ways at the "
             f"interface MTU, without a slow link ({probe.rounds} rounds)"))
     return verdicts
@@ -135,7 +136,7 @@ def _mtu_verdicts(probe: Probe, bad: set[str]) -> list[Verdict]:
         dropped = [f"{x.source} -> {x.target}: {x.mtu_size}-byte packet {x.mtu_error}"
                    for x in probe.links if x.mtu_ok is False][:6]
         return [Verdict(
-            kind="probe_mtu_mismatch", severity="critical",
+            kind=VerdictKind.PROBE_MTU_MISMATCH, severity="critical",
             summary=f"MTU mismatch: {', '.join(f'{n} ({mtus[n]})' for n in odd)} against "
             f"{usual} on the other nodes",
             evidence=tuple(dropped) or ("no don't-fragment probe was lost",),
@@ -153,7 +154,7 @@ def _mtu_verdicts(probe: Probe, bad: set[str]) -> list[Verdict]:
         where = (f"path {local[0].source} -> {local[0].target}" if len(local) == 1
                  else f"path between {a} and {b}")
         out.append(Verdict(
-            kind="probe_path_mtu", severity="warning",
+            kind=VerdictKind.PROBE_PATH_MTU, severity="warning",
             summary=f"{where} drops {links[0].mtu_size}-byte packets (the interface MTU) but "
             "carries small ones",
             evidence=tuple(f"{x.source} -> {x.target}: {x.mtu_error}" for x in links),
@@ -189,7 +190,7 @@ def _slow_verdicts(probe: Probe, bad: set[str], failed: set[tuple[str, str]]) ->
             slow_nodes.append(n)
     for n in slow_nodes:
         verdicts.append(Verdict(
-            kind="probe_slow_node", severity="warning",
+            kind=VerdictKind.PROBE_SLOW_NODE, severity="warning",
             summary=f"node {n}: every transfer to or from it is over {SLOW_FACTOR:g}x slower than "
             f"the median {median:.1f} MB/s",
             evidence=tuple(f"{a} -> {b}: {min(rates[(a, b)]):.2f} MB/s" for a, b in sorted(slow)
@@ -200,7 +201,7 @@ def _slow_verdicts(probe: Probe, bad: set[str], failed: set[tuple[str, str]]) ->
             continue
         dirs = [d for d in ((a, b), (b, a)) if d in slow]
         verdicts.append(Verdict(
-            kind="probe_slow_link", severity="warning",
+            kind=VerdictKind.PROBE_SLOW_LINK, severity="warning",
             summary=f"link {a} <-> {b} is slow: "
             + ", ".join(f"{s} -> {t} {min(rates[(s, t)]):.2f} MB/s" for s, t in dirs)
             + f" against a median of {median:.1f} MB/s",
@@ -217,7 +218,7 @@ def _collective_verdicts(probe: Probe) -> list[Verdict]:
     sets = [", ".join(g) for g in c.smallest_failing]
     evidence = [e for g in c.groups if not g.ok for e in g.errors][:6]
     return [Verdict(
-        kind="probe_collective_failed", severity="critical",
+        kind=VerdictKind.PROBE_COLLECTIVE_FAILED, severity="critical",
         summary="gloo all_reduce failed or stalled; smallest failing set(s) of nodes: "
         + ("; ".join(f"[{s}]" for s in sets) or "none found"),
         evidence=tuple(evidence),

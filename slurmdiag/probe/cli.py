@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurmdiag._version import __version__
 from slurmdiag.errors import TransportFailed, UsageError
+from slurmdiag.vocabulary import NodeStatus
 
 if TYPE_CHECKING:  # the snapshot module loads on use: `slurmdiag attach` starts srun sooner
     from slurmdiag.snapshot import Snapshot
@@ -48,9 +49,9 @@ def probe(job_id: str | int | None = None, *, nodes: str | None = None, timeout_
           partition: str | None = None) -> Snapshot:
     """Probe the network of job ``job_id``'s nodes, or of ``nodes`` (a hostlist) in a fresh
     allocation; returns a Snapshot whose ``probe`` section and ``verdicts`` hold the results."""
+    from slurmdiag.hostlist import expand_hostlist
     from slurmdiag.probe.analysis import probe_verdicts
     from slurmdiag.probe.run import ProbeOptions, run_probe
-    from slurmdiag.slurm.parse import expand_hostlist
     from slurmdiag.snapshot import Job, Snapshot
 
     if (job_id is None) == (nodes is None):
@@ -124,7 +125,7 @@ def run_probe_command(args: argparse.Namespace) -> int:
     if snapshot.report:
         print(f"report:   {snapshot.report}", file=sys.stderr)
     assert snapshot.probe is not None
-    if all(n.status != "ok" for n in snapshot.probe.nodes):
+    if all(n.status != NodeStatus.OK for n in snapshot.probe.nodes):
         first = snapshot.probe.nodes[0]
         print(f"error: no node answered ({first.name}: {first.message})", file=sys.stderr)
         print(f"hint: {TransportFailed('').hint}", file=sys.stderr)

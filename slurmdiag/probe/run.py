@@ -31,6 +31,7 @@ from slurmdiag.transport import collect, srun
 from slurmdiag.transport.base import NodeOutcome
 from slurmdiag.transport.framing import answered_node, decode_frames
 from slurmdiag.transport.run import CommandResult, end_group, spawn_interactive
+from slurmdiag.vocabulary import NodeStatus
 
 STEP_NAME = "slurmdiag-probe"
 ADDR_TAG = "@SDG1-ADDR "
@@ -257,18 +258,18 @@ def assemble_probe(mode: str, nodes: Sequence[str], outcomes: Mapping[str, NodeO
     rounds = 0
     for name in nodes:
         outcome = outcomes.get(name)
-        doc = outcome.document if outcome and outcome.status == "ok" else None
+        doc = outcome.document if outcome and outcome.status == NodeStatus.OK else None
         if doc is not None and doc.get("format") != PROBE_FORMAT:
             outcome = NodeOutcome(name, "error", None, f"not a probe document: {doc.get('format')!r}")
             doc = None
         addr = addresses.get(name) or {}
         iface = (doc or {}).get("interface") or {}
-        status = outcome.status if outcome else "unreachable"
+        status = outcome.status if outcome else NodeStatus.UNREACHABLE
         message = outcome.message if outcome else "no answer"
-        if doc is None and addr and status != "ok":
+        if doc is None and addr and status != NodeStatus.OK:
             message = f"announced {addr.get('address')} but sent no result ({message})"
         probe_nodes.append(ProbeNode(
-            name=name, status=status if doc is not None or status != "ok" else "error",
+            name=name, status=status if doc is not None or status != NodeStatus.OK else NodeStatus.ERROR,
             message=message, interface=iface.get("name") or addr.get("name"),
             address=iface.get("address") or addr.get("address"),
             mtu=iface.get("mtu") or addr.get("mtu"), operstate=iface.get("operstate"),

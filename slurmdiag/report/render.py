@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from slurmdiag import _version
 from slurmdiag.analysis.model import Analysis, ClassifiedFrame, StackClass, TreeNode
+from slurmdiag.analysis.nic import ib_port_active
 from slurmdiag.analysis.stacks import is_user_file
+from slurmdiag.hostlist import compress_hostlist, format_int_ranges
+from slurmdiag.parsers.infiniband import IB_PHYS_LINK_UP, parse_sysfs_ib_phys_state
 from slurmdiag.safeio import atomic_write, decimal_int, iter_job_lines, job_uid
-from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
-from slurmdiag.snapshot import Frame, Gpu, Node, Rank, Snapshot, ThreadStack, Verdict
-from slurmdiag.vocabulary import known_severity, severity_rank
+from slurmdiag.snapshot import Frame, Gpu, IbPort, Node, Rank, Snapshot, ThreadStack, Verdict
+from slurmdiag.vocabulary import NodeStatus, known_severity, severity_rank
 
 if TYPE_CHECKING:  # jinja2 loads when a page is rendered: the terminal summary never needs it
     import jinja2
@@ -427,16 +429,15 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
 
 
 def _load_template(name: str) -> str | None:
-    """Read a template from the installed ``slurmdiag.templates`` package or the source tree."""
+    """Read a template from the installed ``slurmdiag.templates`` package.
+
+    pyproject.toml maps the top-level ``templates/`` to that package: a wheel ships it inside
+    ``slurmdiag/``, an editable install (``make venv``) points the name at the source folder.
+    """
     from importlib import resources
 
     try:
-        candidate: Any = resources.files("slurmdiag.templates").joinpath(name)
-    except ModuleNotFoundError:
-        # A source checkout without an install: templates/ sits next to the package.
-        candidate = Path(__file__).resolve().parents[2] / "templates" / name
-    try:
-        return str(candidate.read_text(encoding="utf-8"))
+        return resources.files("slurmdiag.templates").joinpath(name).read_text(encoding="utf-8")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
 
@@ -706,7 +707,7 @@ def group_node_problems(nodes: Iterable[Node]) -> list[NodeProblem]:
 def node_problems(node: Node) -> list[tuple[str, str, str]]:
     """(level, what, message) for everything that went wrong collecting one node."""
     problems: list[tuple[str, str, str]] = []
-    if node.status != "ok":
+    if node.status != NodeStatus.OK:
         problems.append(("bad", f"node {node.status}", node.message or "(no message)"))
     problems.extend(("warn", "collector error", error) for error in node.errors)
     for rank in node.ranks:
@@ -924,7 +925,7 @@ def _notable_nodes(ctx: _Context, nodes: Sequence[Node]) -> set[str]:
 def _node_key(ctx: _Context, node: Node, detail: int) -> tuple[Any, ...]:
     # Failure messages often name their node; without the name, identical failures group.
     message = node.message.replace(node.name, "<node>") if node.message else None
-    key: tuple[Any, ...] = (node.status, message if node.status != "ok" else None)
+    key: tuple[Any, ...] = (node.status, message if node.status != NodeStatus.OK else None)
     if detail >= 1:
         key += (_gpu_health(ctx, node), _nic_health(ctx, node), _error_shape(node), len(node.ranks))
     if detail >= 2:
@@ -950,7 +951,7 @@ def _node_group(ctx: _Context, members: list[Node]) -> NodeGroup:
         ranks_label=_ranges(rank_numbers),
         rank_count=sum(len(node.ranks) for node in members),
         status=representative.status,
-        message=first.message if first.status != "ok" else None,
+        message=first.message if first.status != NodeStatus.OK else None,
         classes=tuple(classes),
         gpu_summary=_gpu_summary(first),
         nic_summary=_nic_summary(first),
@@ -981,7 +982,7 @@ def _node_section(
     return NodeSection(
         name=node.name,
         anchor=_node_anchor(node.name),
-        status=Cell(node.status, "ok" if node.status == "ok" else "bad"),
+        status=Cell(node.status, "ok" if node.status == NodeStatus.OK else "bad"),
         message=node.message,
         facts=tuple((k, v) for k, v in facts if v),
         ranks=rows,
@@ -1306,6 +1307,13 @@ def _link_level(state: str | None) -> str:
     return "bad"
 
 
+def _phys_level(port: IbPort) -> str:
+    code = port.phys_state_code
+    if code is None:
+        code = parse_sysfs_ib_phys_state(port.phys_state).code
+    return "muted" if code is None else "ok" if code == IB_PHYS_LINK_UP else "bad"
+
+
 def _nic_table(ctx: _Context, node: Node) -> NicTable | None:
     nics = node.nics
     if nics is None:
@@ -1331,8 +1339,8 @@ def _nic_table(ctx: _Context, node: Node) -> NicTable | None:
         (
             Cell(port.device),
             Cell(str(port.port)),
-            Cell(port.state or "?", _link_level(port.state)),
-            Cell(port.phys_state or "?", _link_level(port.phys_state)),
+            Cell(port.state or "?", "ok" if ib_port_active(port) else "bad"),
+            Cell(port.phys_state or "?", _phys_level(port)),
             Cell(port.rate or ""),
             Cell(port.link_layer or ""),
         )
@@ -1371,7 +1379,7 @@ def _nic_summary(node: Node) -> Cell:
     states = Counter((p.state or "?") for p in nics.ib_ports)
     if states:
         parts.append("IB ports " + ", ".join(f"{count}× {state}" for state, count in states.items()))
-        if any(_link_level(p.state) == "bad" for p in nics.ib_ports):
+        if not all(ib_port_active(p) for p in nics.ib_ports):
             worst = "bad"
     return Cell("; ".join(parts) or "no interfaces", worst)
 

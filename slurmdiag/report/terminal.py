@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import TextIO
 
 from slurmdiag.analysis.model import Analysis, StackClass
+from slurmdiag.hostlist import compress_hostlist, format_int_ranges
 from slurmdiag.report.render import group_node_problems, ordered_verdicts, short_location
 from slurmdiag.safeio import one_line
-from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
 from slurmdiag.snapshot import Snapshot, Verdict
 from slurmdiag.vocabulary import known_severity
 

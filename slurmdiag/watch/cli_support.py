@@ -23,6 +23,7 @@ from slurmdiag.config import (
 )
 from slurmdiag.errors import ConfigError, SlurmdiagError, UsageError
 from slurmdiag.safeio import one_line
+from slurmdiag.vocabulary import VerdictKind
 
 WATCH_EPILOG = """\
 examples:
@@ -159,7 +160,7 @@ def test_alert(cluster: str | None) -> Any:
         cluster=cluster,
         verdicts=(
             Verdict(
-                kind="test_message",
+                kind=VerdictKind.TEST_MESSAGE,
                 severity="info",
                 summary="TEST: this is how a stuck-job alert will look in this channel. "
                 "No job is stuck; nothing needs doing.",

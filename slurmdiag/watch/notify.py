@@ -27,7 +27,7 @@ from typing import Any
 
 from slurmdiag._version import __version__
 from slurmdiag.config import NotifySettings, format_duration
-from slurmdiag.slurm.parse import compress_hostlist, format_int_ranges
+from slurmdiag.hostlist import compress_hostlist, format_int_ranges
 from slurmdiag.snapshot import Verdict
 
 EVENTS = ("stuck", "recovered")

@@ -34,7 +34,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from slurmdiag.analysis.verdicts import HANG_KINDS as _ANALYSIS_HANG_KINDS
 from slurmdiag.config import NotifySettings, Settings, WatchSettings, format_duration
 from slurmdiag.errors import (
     JobNotFound,
@@ -53,17 +52,18 @@ from slurmdiag.slurm.parse import (
     parse_squeue_text,
 )
 from slurmdiag.snapshot import Snapshot, Verdict
-from slurmdiag.vocabulary import severity_rank
+from slurmdiag.vocabulary import HANG_KINDS as _HANG_KINDS
+from slurmdiag.vocabulary import Severity, VerdictKind, severity_rank
 from slurmdiag.watch.notify import Alert, SendResult, notify
 from slurmdiag.watch.state import OutputFile, StateDB, WatchLock, verdict_fingerprint
 
 SQUEUE_TIMEOUT_S = 60.0
 #: Verdict kinds that mean "hung" (the analysis owns the list); ``progressing`` overrides them.
-HANG_KINDS = frozenset(_ANALYSIS_HANG_KINDS)
-PROGRESS_KINDS = frozenset({"progressing"})
+HANG_KINDS = frozenset(_HANG_KINDS)
+PROGRESS_KINDS = frozenset({VerdictKind.PROGRESSING})
 #: Verdicts that say the attach saw too little to judge (no ranks found, no node answered).
-INCONCLUSIVE_KINDS = frozenset({"incomplete", "no_ranks"})
-HANG_SEVERITIES = frozenset({"critical", "warning"})
+INCONCLUSIVE_KINDS = frozenset({VerdictKind.INCOMPLETE, VerdictKind.NO_RANKS})
+HANG_SEVERITIES = frozenset({Severity.CRITICAL, Severity.WARNING})
 
 EXIT_OK = 0
 EXIT_STUCK = 1

@@ -29,8 +29,8 @@ from support.synthetic import (
 )
 
 from slurmdiag.analysis import analyze
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.report.render import render_html, write_report
-from slurmdiag.slurm.parse import format_int_ranges
 from slurmdiag.snapshot import Snapshot
 
 CHROMIUM = shutil.which("chromium") or (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from slurmdiag.slurm.parse import format_int_ranges
+from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.snapshot import (
     Connection,
     Frame,

@@ -6,9 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from snapfactory import collective, node, rank, snap
+from support.pyspy_text import parse_pyspy_text
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.parsers.pyspy import parse_pyspy_json, parse_pyspy_text
+from slurmdiag.parsers.pyspy import parse_pyspy_json
 from slurmdiag.snapshot import Frame, Rank, Sample, Snapshot, ThreadStack, Verdict
 
 PY_SPY = Path(__file__).resolve().parent.parent / "fixtures" / "py_spy"

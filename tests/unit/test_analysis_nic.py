@@ -15,11 +15,27 @@ from slurmdiag.analysis.nic import (
     watchdog_disagreement,
     watchdog_findings,
 )
+from slurmdiag.assemble import node_from_document
 from slurmdiag.parsers.nccl_log import parse_nccl_log
-from slurmdiag.parsers.net import parse_ibstat
 from slurmdiag.snapshot import Connection, IbPort, Interface, LogFinding, NicState
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+SYSFS_IB = FIXTURES / "net_ib" / "sys_class_infiniband_h100"
+
+
+def sysfs_ports(**overrides: tuple[str, str]) -> tuple[IbPort, ...]:
+    """The real H100 node's /sys/class/infiniband ports, as the collector ships them (``4: ACTIVE``)
+    and the controller assembles them; ``overrides`` sets a device's (state, phys_state) text."""
+    ports = []
+    for state in sorted(SYSFS_IB.glob("*/ports/1/state")):
+        files = {name: (state.parent / name).read_text() for name in ("state", "phys_state", "rate", "link_layer")}
+        device = state.parents[2].name
+        if device in overrides:
+            files["state"], files["phys_state"] = overrides[device]
+        ports.append({"device": device, "port": 1, **files})
+    return node_from_document("n", {"format": 1, "nics": {"ib_ports": ports}}).nics.ib_ports
 
 
 def nics(*ifaces: Interface, ib: tuple[IbPort, ...] = ()) -> NicState:
@@ -103,7 +119,7 @@ def test_ifname_selecting_a_down_link() -> None:
 
 
 def test_ib_hca_naming_a_device_the_node_lacks() -> None:
-    ports = parse_ibstat((FIXTURES / "net_ib" / "ibstat_h100_ndr_all_active.txt").read_text())
+    ports = sysfs_ports()
     s = snap(
         node(
             "n1",
@@ -115,10 +131,12 @@ def test_ib_hca_naming_a_device_the_node_lacks() -> None:
     assert "mlx5_99" in v.summary and "mlx5_0" not in v.summary.split("names")[1]
 
 
-def test_ib_port_down_from_real_ibstat() -> None:
-    # GIVEN the real ibstat of an H100 node with mlx5_2, mlx5_7, mlx5_8 Down / Disabled
-    down = parse_ibstat((FIXTURES / "net_ib" / "ibstat_h100_some_ports_down.txt").read_text())
-    healthy = [IbPort(p.device, p.port, "Active", "LinkUp") for p in down]
+def test_ib_port_down_from_sysfs_text() -> None:
+    # GIVEN a real H100 node's sysfs ports, three of them as the kernel prints a downed port
+    down_text = ("1: DOWN", "3: Disabled")
+    down = sysfs_ports(mlx5_4=down_text, mlx5_7=down_text, mlx5_8=("2: INIT", "5: LinkUp"))
+    healthy = sysfs_ports()
+    assert [p.state for p in healthy] == ["ACTIVE"] * len(healthy)
     s = snap(
         node(
             "node001",
@@ -134,12 +152,13 @@ def test_ib_port_down_from_real_ibstat() -> None:
     (v,) = by_kind(nic_findings(s), "ib_port_down")
     # THEN active on the other node -> a warning naming the three ports, culprit node001's rank
     assert v.severity == "warning" and v.culprit_ranks == (0,)
-    for dev in ("mlx5_2", "mlx5_7", "mlx5_8"):
+    for dev in ("mlx5_4", "mlx5_7", "mlx5_8"):
         assert dev in v.summary
+    assert "mlx5_0" not in v.summary and "mlx5_4 port 1 DOWN (Disabled)" in v.summary
 
 
 def test_ib_port_down_everywhere_is_only_info() -> None:
-    ports = (IbPort("mlx5_0", 1, "Active", "LinkUp"), IbPort("mlx5_1", 1, "Down", "Disabled"))
+    ports = sysfs_ports(mlx5_1=("1: DOWN", "3: Disabled"))
     s = snap(
         node(
             "n1",

@@ -154,7 +154,7 @@ def test_document_of_another_format_is_refused_with_the_reason():
 def test_controller_reads_the_format_the_collector_writes():
     import ast
 
-    from slurmdiag.assemble import NODE_DOCUMENT_FORMAT
+    from slurmdiag.node_document import NODE_DOCUMENT_FORMAT
 
     # The collector is stdlib-only and never imported by the controller: read its constant.
     source = (Path(collect.__file__).parent.parent / "collector" / "framing.py").read_text()

@@ -24,10 +24,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmdiag import hostlist
 from slurmdiag.analysis.flight import flight_verdicts, parse_flight_recorder_dump
 from slurmdiag.assemble import flight_recorder_section, node_from_outcome
 from slurmdiag.errors import ParseError
-from slurmdiag.parsers import job_log, nccl_log, net, nvidia_smi, pyspy, strace
+from slurmdiag.parsers import job_log, nccl_log, nvidia_smi, pyspy, strace
 from slurmdiag.slurm import parse as slurm
 from slurmdiag.snapshot import Snapshot
 from slurmdiag.transport.base import NodeOutcome
@@ -150,10 +151,12 @@ class Decoder:
 
 
 def _sys_class(text: str) -> object:
+    """A node document whose InfiniBand ports carry the text, as the collector ships sysfs'."""
     root = FIXTURES / "net_ib" / "sys_class_infiniband_h100"
-    files = {str(p.relative_to(root.parent)): _read(p) for p in sorted(root.rglob("*")) if p.is_file()}
-    first = sorted(files)[: len(text) % 7 + 1]
-    return net.parse_sys_class_infiniband({**files, **{k + text[:3]: text for k in first}})
+    ports = [{"device": p.parents[2].name, "port": 1, "state": text, "phys_state": text[::-1],
+              "rate": _read(p.parent / "rate"), "link_layer": text[:3]}
+             for p in sorted(root.glob("*/ports/1/state"))]
+    return node_from_outcome(NodeOutcome("node001", "ok", {"format": 1, "nics": {"ib_ports": ports}}))
 
 
 def _pickled_dump(data: bytes) -> object:
@@ -217,28 +220,21 @@ DECODERS = [
     Decoder("scontrol show job", slurm.parse_scontrol_job,
             _text(SCONTROL) | _text("slurm/[hit]*.txt")),
     Decoder("scontrol show node", slurm.parse_scontrol_node_addrs, _text("slurm/*show_node*")),
-    Decoder("scontrol listpids", slurm.parse_scontrol_listpids, _text("slurm/*listpids*")),
     Decoder("squeue --json", slurm.parse_squeue_json, _json("slurm/*squeue_json*.json")),
     Decoder("scontrol --json", slurm.parse_scontrol_job_json, _json("slurm/slurmrestd_*.json")),
     Decoder("squeue text", slurm.parse_squeue_text, _text("slurm/*squeue*format*.txt")),
-    Decoder("hostlist", slurm.expand_hostlist, mutated_text(["node[001-004,010]", "gpu-a[1-2]-b[01-03]", "n1,n2"])),
+    Decoder("hostlist", hostlist.expand_hostlist, mutated_text(["node[001-004,010]", "gpu-a[1-2]-b[01-03]", "n1,n2"])),
     Decoder("job id", slurm.parse_job_id, mutated_text(["123", "123_4", "123+1", "12_[1-3]"])),
     Decoder("py-spy json", pyspy.parse_pyspy_json, _json("py_spy/local_pyspy0.4_json_*.json")),
-    Decoder("py-spy text", pyspy.parse_pyspy_text, _text("py_spy/*.txt")),
     Decoder("strace -c", strace.parse_strace_summary, _text("strace/*.txt")),
     Decoder("nvidia-smi csv", nvidia_smi.parse_nvidia_smi_query_csv, _text("nvidia_smi/*csv*.txt")),
     Decoder("nvidia-smi apps csv", nvidia_smi.parse_nvidia_smi_apps_csv, _text("nvidia_smi/*compute_apps*.txt")),
     Decoder("nvidia-smi xml", nvidia_smi.parse_nvidia_smi_xml, _text("nvidia_smi/*.xml")),
-    Decoder("nvidia-smi -q", nvidia_smi.parse_nvidia_smi_q_text, _text("nvidia_smi/q_text_*.txt")),
     Decoder("Xid (dmesg)", nvidia_smi.parse_xid_events, _text("nvidia_smi/dmesg_*.txt")),
     Decoder("NCCL log", lambda t: nccl_log.parse_nccl_log(t, source="log"), _text("nccl/*")),
     Decoder("job log", lambda t: (job_log.parse_srun_task_exits(t, source="log"),
                                   job_log.parse_python_tracebacks(t, source="log")),
             _text("job_logs/*")),
-    Decoder("ip -j", net.parse_ip_addr_json, _json("net_ib/ip_*.json")),
-    Decoder("ibstat", net.parse_ibstat, _text("net_ib/ibstat_*.txt")),
-    Decoder("ibstatus", net.parse_ibstatus, _text("net_ib/ibstatus_*.txt")),
-    Decoder("ibv_devinfo", net.parse_ibv_devinfo, _text("net_ib/ibv_devinfo_*.txt")),
     Decoder("/sys/class/infiniband", _sys_class, mutated_text(["4: ACTIVE", "5: LinkUp", "0x1"])),
     Decoder("framing", decode_frames, _text("collector/srun_stdout_*.txt")),
     Decoder("node document", _node_document, _json("collector/node001_*.json")),

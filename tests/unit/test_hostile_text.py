@@ -12,11 +12,11 @@ import pytest
 from test_discover import VERSION_2205, FakeRunner
 
 from slurmdiag.analysis.nic import parse_nccl_device_list
+from slurmdiag.parsers.infiniband import parse_sysfs_ib_state
 from slurmdiag.parsers.job_log import parse_srun_task_exits
-from slurmdiag.parsers.net import parse_sys_class_infiniband
 from slurmdiag.safeio import decimal_int
 from slurmdiag.slurm.discover import discover_job, job_ref_from_user
-from slurmdiag.slurm.parse import ForgedJobRecord, parse_scontrol_job, parse_scontrol_listpids
+from slurmdiag.slurm.parse import ForgedJobRecord, parse_scontrol_job
 from slurmdiag.transport.framing import FRAME_TAG, decode_frames, encode_frames
 
 SLURM = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
@@ -91,13 +91,9 @@ def test_decimal_int_is_total(text: str) -> None:
 def test_superscript_digits_from_job_text_do_not_abort_the_parsers() -> None:
     # GIVEN '²' where digits are expected (CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, listpids, logs)
     assert parse_nccl_device_list("mlx5_0:²,mlx5_1:1").entries == (("mlx5_0", None), ("mlx5_1", 1))
-    rows = parse_scontrol_listpids("PID      JOBID    STEPID   LOCALID GLOBALID\n"
-                                   "²        42       0        ²       ²\n"
-                                   "123      42       0        ²       1\n")
-    assert [(r.pid, r.local_id, r.global_id) for r in rows] == [(123, None, 1)]
     parse_srun_task_exits("srun: error: node001: tasks ²-3,²,"
                           + "9" * 5000 + ": Exited with exit code 1\n", source="x")
-    assert not parse_sys_class_infiniband({"/sys/class/infiniband/mlx5_0/ports/²/state": "4"})
+    assert parse_sysfs_ib_state("²: ACTIVE") == (None, "²: ACTIVE")
 
 
 # ---------------------------------------------------------------- frames
@@ -150,7 +146,8 @@ def test_fuzz_finding_a_5001_digit_number_in_squeue_text() -> None:
 
 def test_fuzz_finding_unicode_digits_and_bad_host_lists_are_parse_errors() -> None:
     from slurmdiag.errors import ParseError
-    from slurmdiag.slurm.parse import expand_hostlist, parse_job_id
+    from slurmdiag.hostlist import expand_hostlist
+    from slurmdiag.slurm.parse import parse_job_id
 
     for text in ("node[٣001-004]", "node[001-004]x", "001-004]"):
         with pytest.raises(ParseError):

@@ -14,7 +14,6 @@ from slurmdiag.errors import ParseError
 from slurmdiag.parsers.nvidia_smi import (
     XidEvent,
     parse_nvidia_smi_apps_csv,
-    parse_nvidia_smi_q_text,
     parse_nvidia_smi_query_csv,
     parse_nvidia_smi_xml,
     parse_xid_events,
@@ -259,66 +258,6 @@ def test_xml_rejects_non_xml() -> None:
     # GIVEN -q text instead of -q -x
     with pytest.raises(ParseError):
         parse_nvidia_smi_xml(read("q_text_a10_535.129.03_remapped_rows_pending.txt"))
-
-
-# --- -q text ---------------------------------------------------------------------------------
-
-
-def test_q_text_a10_remapped_rows_pending_yes() -> None:
-    # GIVEN an A10 with 4 uncorrectable errors and a pending row remap
-    (gpu,) = parse_nvidia_smi_q_text(read("q_text_a10_535.129.03_remapped_rows_pending.txt"))
-    # THEN
-    assert gpu.remapped_pending == "Yes"
-    assert gpu.uuid == "GPU-73d12ef7-f589-f867-4259-c7090ab44736"
-    assert gpu.name == "NVIDIA A10"
-    assert (gpu.memory_used_mib, gpu.memory_total_mib) == (4.0, 23028.0)
-    assert (gpu.temperature_c, gpu.power_w) == (33.0, 43.89)
-    assert (gpu.pcie_gen, gpu.pcie_width) == (4.0, 16.0)
-    assert gpu.clocks_event_reasons == "gpu_idle"
-    assert gpu.ecc_uncorrected_volatile == 0.0
-    assert gpu.retired_pending is None and gpu.raw["retired_pages.pending"] == "N/A"
-    assert gpu.raw["pci.bus_id"] == "00000000:07:00.0"
-
-
-def test_q_text_h100x8_hw_slowdown_and_power_brake() -> None:
-    # GIVEN eight H100s; GPU 0 reports HW Slowdown and (nested) HW Power Brake Slowdown active
-    gpus = parse_nvidia_smi_q_text(read("q_text_h100x8_535.161.08.txt"))
-    # THEN eight GPUs indexed in order of appearance
-    assert [g.index for g in gpus] == list(range(8))
-    assert [g.raw["pci.bus_id"] for g in gpus][:2] == ["00000000:19:00.0", "00000000:3B:00.0"]
-    assert gpus[0].clocks_event_reasons == "hw_slowdown,hw_power_brake_slowdown"
-    assert gpus[0].power_w == 67.74
-    assert gpus[1].power_w == 69.52
-    # AND SRAM parity + SEC-DED + DRAM uncorrectable are summed
-    assert gpus[0].ecc_uncorrected_volatile == 0.0
-    assert gpus[0].memory_total_mib == 81559.0
-
-
-def test_q_text_unknown_error_fields_do_not_break_parsing() -> None:
-    # GIVEN eight RTX 4090s whose "Addressing Mode" is "Unknown Error", ECC N/A
-    gpus = parse_nvidia_smi_q_text(read("q_text_rtx4090x8_535.154.05_unknown_error.txt"))
-    # THEN all GPUs are read
-    assert len(gpus) == 8
-    assert gpus[0].name == "NVIDIA GeForce RTX 4090"
-    assert gpus[0].memory_used_mib == 22078.0
-    assert gpus[0].ecc_uncorrected_volatile is None
-    assert gpus[0].raw["ecc.errors.uncorrected.volatile.total"] == "N/A"
-
-
-def test_q_text_partial_output_keeps_what_was_printed() -> None:
-    # GIVEN output cut inside the first of eight GPUs, with odd "Invalid HW Slowdown" lines
-    (gpu,) = parse_nvidia_smi_q_text(read("q_text_h100_535.183.01_partial_invalid.txt"))
-    # THEN the printed part is read, the rest is None
-    assert gpu.uuid == "GPU-566e6f65-c38e-b12f-4824-6944218668b9"
-    assert (gpu.pcie_gen, gpu.pcie_width) == (5.0, 16.0)
-    assert gpu.clocks_event_reasons == "gpu_idle"
-    assert gpu.memory_used_mib is None and gpu.power_w is None
-
-
-def test_q_text_rejects_other_text() -> None:
-    # GIVEN the dmesg fixture
-    with pytest.raises(ParseError):
-        parse_nvidia_smi_q_text(read("dmesg_xid_119_gsp_timeout_h100.txt"))
 
 
 # --- Xid -------------------------------------------------------------------------------------

@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from support.pyspy_text import ProcessDump, parse_pyspy_text
 
 from slurmdiag.errors import ParseError
-from slurmdiag.parsers.pyspy import ProcessDump, parse_pyspy_json, parse_pyspy_text
+from slurmdiag.parsers.pyspy import parse_pyspy_json
 from slurmdiag.snapshot import Frame
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "py_spy"

@@ -36,3 +36,19 @@ def test_report_renders_from_a_wheel_install(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (target / "slurmdiag" / "templates" / "report.html.j2").exists()
     assert "<!doctype html>" in (tmp_path / "r.html").read_text().lower()
+
+
+def test_the_editable_install_maps_templates_to_the_source_folder(tmp_path):
+    # GIVEN the project's venv (an editable install, `make venv`), run from another directory
+    code = (
+        "from importlib import resources\n"
+        "from slurmdiag.report.render import _load_template\n"
+        "print(resources.files('slurmdiag.templates'))\n"
+        "assert '<!doctype html>' in _load_template('report.html.j2').lower()\n"
+        "assert _load_template('no-such.j2') is None\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, timeout=120,
+                          capture_output=True, text=True, check=False)
+    # THEN the one loading path (the installed slurmdiag.templates) is the top-level templates/
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve() == (REPO / "templates").resolve()
