@@ -326,7 +326,8 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
             continue  # a process of our own step
         cmdline = read_cmdline(pid)
         if any(
-            "@SDG1-HELLO" in arg or arg.endswith("slurmdiag/collector/node.py") for arg in cmdline
+            "@SDG1-HELLO" in arg or arg == "slurmdiag.collector"
+            or arg.endswith("slurmdiag/collector/__main__.py") for arg in cmdline
         ):
             continue  # another slurmdiag collector attached to the same job
         procs[pid] = {"pid": pid, "env": env, "stat": stat, "cmdline": cmdline, "step_id": step}

@@ -8,7 +8,7 @@ srun merges the stdout of all its tasks, so every node's document travels as sho
 Each chunk line is written with one ``os.write``. A node whose chunks are missing, repeated with
 other content, or fail the CRC of the joined payload is *damaged* (with a message saying how);
 the other nodes still decode. Lines that are not frames are kept as noise (srun warnings, prints
-of the job). The collector (slurmdiag/collector/node.py) carries its own copy of the encoder.
+of the job). The collector (slurmdiag/collector/framing.py) carries its own copy of the encoder.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from slurmdiag import node_document as nd
 from slurmdiag.assemble import node_from_outcome
 from slurmdiag.node_document import NODE_DOCUMENT_FORMAT, NodeDocumentError, read_node_document
-from slurmdiag.transport.collect import NodeOutcome
+from slurmdiag.transport.base import NodeOutcome
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE = REPO / "tests" / "fixtures" / "collector" / "local_one_rank_document.json"
