@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,13 @@ def _file_mode(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command`` (one of COMMANDS), only that command's parser.
+
+    Each command's arguments are built only when it runs: building every sub-parser imports the
+    watchdog, doctor, probe and post-mortem modules, ~0.1 CPU-s that attach would pay before its
+    srun starts (bench/README.md). ``slurmdiag --help``, an unknown command and the shell
+    completion build them all."""
     parser = _Parser(
         prog="slurmdiag",
         description="Diagnose a hung multi-node PyTorch job on Slurm: which rank, where, why.",
@@ -103,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"slurmdiag {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
+    for name, add in _COMMANDS.items():
+        if command is None or command == name:
+            add(sub)
+    return parser
+
+
+def _add_attach(sub: Any) -> None:
     attach = sub.add_parser(
         "attach", help="inspect every rank of a running job",
         description="Find the job's ranks on every node through one srun step, sample their "
@@ -161,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ssh-accept-new", action="store_true", help="accept and remember unknown host keys"
     )
 
+
+def _add_report(sub: Any) -> None:
     report = sub.add_parser(
         "report", help="re-render the HTML report from a saved snapshot", epilog=REPORT_EPILOG
     )
@@ -171,22 +186,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="permissions of the report (octal, default 0640)",
     )
 
+
+def _add_postmortem(sub: Any) -> None:
     from slurmdiag.post_mortem.cli import add_parser as add_postmortem_parser
 
     add_postmortem_parser(sub, _file_mode)
-    try:
-        from slurmdiag.watch.cli_support import add_config_arguments, add_watch_arguments
-    except ImportError:  # pragma: no cover - the watch package is part of every install
-        pass
-    else:
-        add_watch_arguments(sub)
-        add_config_arguments(sub)
-    _add_doctor(sub)
-    _add_completion(sub)
+
+
+def _add_watch(sub: Any) -> None:
+    from slurmdiag.watch.cli_support import add_watch_arguments
+
+    add_watch_arguments(sub)
+
+
+def _add_config(sub: Any) -> None:
+    from slurmdiag.watch.cli_support import add_config_arguments
+
+    add_config_arguments(sub)
+
+
+def _add_probe(sub: Any) -> None:
     from slurmdiag.probe.cli import add_probe_arguments
 
     add_probe_arguments(sub)
-    return parser
 
 
 ATTACH_EPILOG = """\
@@ -210,6 +232,19 @@ def _add_doctor(sub: Any) -> None:
     from slurmdiag.doctor import add_doctor_arguments
 
     add_doctor_arguments(sub)
+
+
+#: Every command, in the order ``slurmdiag --help`` lists them, with what builds its parser.
+_COMMANDS: dict[str, Callable[[Any], None]] = {
+    "attach": _add_attach,
+    "report": _add_report,
+    "postmortem": _add_postmortem,
+    "watch": _add_watch,
+    "config": _add_config,
+    "doctor": _add_doctor,
+    "completion": _add_completion,
+    "probe": _add_probe,
+}
 
 
 def _live_progress(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -364,8 +399,9 @@ def _is_heartbeat_check(argv: Sequence[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    # the command is the first argument (the only option before it is --version/--help)
+    parser = build_parser(argv[0] if argv and argv[0] in _COMMANDS else None)
     try:
         args = parser.parse_args(argv)
         if args.command is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -188,3 +189,29 @@ def test_doctor_without_slurm_config_says_so_and_skips_the_nodes(tmp_path):
     assert checks["watch config"]["status"] == "warning" and "taken as" in checks[
         "watch config"]["detail"]
     assert checks["report dir"]["status"] == "ok"
+
+
+def test_a_command_builds_only_its_own_parser_and_reads_its_arguments_the_same():
+    # GIVEN a fresh interpreter that builds the parser `slurmdiag attach ...` needs
+    probe = (
+        "import json, sys\n"
+        "from slurmdiag.cli import build_parser\n"
+        "args = build_parser('attach').parse_args(['attach', '7', '--samples', '2'])\n"
+        "print(json.dumps([vars(args)['samples'],"
+        " sorted(m for m in sys.modules if m.startswith('slurmdiag'))]))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    samples, loaded = json.loads(out.stdout)
+    # THEN none of the other commands' modules were imported before srun can start
+    others = {"slurmdiag.watch.cli_support", "slurmdiag.doctor", "slurmdiag.probe.cli",
+              "slurmdiag.post_mortem.cli", "slurmdiag.completion"}
+    assert samples == 2 and set(loaded) & others == set()
+    # AND the one-command parser reads attach's arguments exactly as the whole parser does
+    from slurmdiag.cli import _COMMANDS, build_parser
+
+    argv = ["attach", "1", "--timeout", "2m", "--strace", "0", "--transport", "ssh"]
+    assert vars(build_parser("attach").parse_args(argv)) == vars(build_parser().parse_args(argv))
+    # AND the whole parser (--help, completion) still lists every command
+    whole = build_parser()
+    listed = next(a for a in whole._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(listed) == set(_COMMANDS)
