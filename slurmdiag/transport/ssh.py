@@ -3,8 +3,11 @@
 Used when Slurm will not add a step to the job (old Slurm without --overlap, a site policy, a
 step stuck behind "Requested nodes are busy"). Host keys are checked against known_hosts; an
 unknown host is refused unless the user asked to accept new keys (``SshSettings.accept_new``).
-Ctrl-C sends each running collector SIGUSR1 (see signal_collector): it sends what it has, as
-through srun, and the snapshot keeps it.
+Ctrl-C asks each running collector's channel for SIGUSR1 (the SSH "signal" request, RFC 4254
+6.9), waits a short grace period and marks the result interrupted. OpenSSH refuses that request
+for root logins ("session signalling requires privilege separation"), and a kill through a second
+channel was tried and did not deliver partial documents reliably here: over ssh, collectors may
+run on to their own deadline after Ctrl-C (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -70,22 +73,6 @@ def send_signal(channel: Any, name: str) -> None:
     channel.transport._send_user_message(message)
 
 
-def signal_collector(client: Any, channel: Any, node: str, output: bytes | bytearray) -> None:
-    """SIGUSR1 to the node's collector: ``kill`` of the pid its hello frame gave, through a
-    second channel of the same connection; else the channel's own signal request, which OpenSSH
-    refuses for root logins (no privilege separation after a root login)."""
-    pid = decode_frames(output.decode(errors="replace")).hello.get(node)
-    if pid is None:
-        send_signal(channel, "USR1")
-        return
-    killer = client.get_transport().open_session()
-    try:
-        killer.exec_command(f"kill -USR1 {int(pid)}")
-        killer.recv_exit_status()
-    finally:
-        killer.close()
-
-
 def _run_on_node(
     client_factory: Callable[[], Any],
     host: str,
@@ -133,7 +120,7 @@ def _run_on_node(
                 signalled = True
                 deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE_S)
                 try:
-                    signal_collector(client, channel, node, out)
+                    send_signal(channel, "USR1")
                 except (OSError, paramiko.SSHException):
                     break
             if channel.recv_ready():
