@@ -297,6 +297,14 @@ def _is_busy(digest: RankDigest) -> bool:
     if measured is not None:
         return measured
     cpu = digest.proc.cpu_percent
+    strace = digest.proc.strace
+    if (cpu is not None and cpu < WORKING_CPU * 100 and strace is not None
+            and strace.status == "ok" and strace.window_s >= 1.0):
+        # One sample, but the process' CPU was measured over the collection window, which holds
+        # the strace window (>= 1 s): under the bar a computing rank clears even on a crowded
+        # node. A poll loop caught awake (py-spy active, state R while it waits for a core)
+        # does not compute.
+        return False
     running = (digest.proc.state or "")[:1] == "R"  # on a crowded node a computing rank gets
     # a few percent of a core, but it stays runnable
     return digest.active or running or (cpu is not None and cpu >= BUSY_CPU_PERCENT)

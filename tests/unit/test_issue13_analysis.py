@@ -147,6 +147,37 @@ def test_same_stacks_with_no_cpu_between_samples_are_not_computing() -> None:
     assert verdicts[0].kind != "progressing"
 
 
+def caught_awake(rank):  # type: ignore[no-untyped-def]
+    """Rank 2 as one sample takes it on a crowded node: just woken from its sleep, runnable
+    (state R, waiting for a core) and active in py-spy, its CPU over the window still ~0."""
+    if rank.rank != 2:
+        return rank
+    sample = rank.samples[0]
+    threads = tuple(replace(t, active=True) if t.os_thread_id == rank.pid else t
+                    for t in sample.threads)
+    return replace(rank, state="R", samples=(replace(sample, threads=threads),))
+
+
+def test_one_sample_of_a_poll_loop_caught_awake_is_not_called_spinning() -> None:
+    # GIVEN store_wait with --samples 1, rank 2 caught awake between two sleeps (found in a CI
+    # run under load: `spinning`, confidence high), its CPU over the 2 s strace window 0.5 %
+    snapshot = map_ranks(first_samples(load("store_wait")), caught_awake)
+    v = top(snapshot)
+    # THEN the CPU measured over the window decides: it polls, it does not compute
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+    # AND a rank that does use CPU over that window, caught the same way, is still spinning
+    # (what the rule must not hide: spinning_rank with one sample stays caught, below)
+    def computing(rank):  # type: ignore[no-untyped-def]
+        if rank.rank != 2:
+            return rank
+        sample = rank.samples[0]
+        threads = tuple(replace(t, owns_gil=True) if t.os_thread_id == rank.pid else t
+                        for t in sample.threads)  # a Python loop holds the GIL
+        return replace(rank, cpu_percent=35.0, samples=(replace(sample, threads=threads),))
+
+    assert top(map_ranks(snapshot, computing)).kind == "spinning"
+
+
 def test_store_wait_blames_only_the_rank_that_polls_for_the_file() -> None:
     # GIVEN the real snapshot: ranks 0,1,3 in store.wait (socket wait), rank 2 in a
     # `while not exists: sleep` loop
