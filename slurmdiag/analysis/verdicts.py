@@ -800,7 +800,7 @@ def _spinning(busy: list[_Status], waiting: list[_Status], severity: str) -> Ver
     tail = f" while {_waiting_phrase(waiting)}" if waiting else ", outside any collective"
     # a moving rank is reported by its own function even when the sample caught a library leaf
     own = all(not s.digest.stationary or s.info is None or s.info.kind == "user" for s in busy)
-    where = ("its own code" if len(ranks) == 1 else "their own code") if own else "computing"
+    where = ("in its own code" if len(ranks) == 1 else "in their own code") if own else "computing"
     summary = f"{_ranks_label(ranks)} {verb} busy {where} ({places}){tail}"
     evidence = [_proc_evidence(s) for s in busy[:8]]
     if waiting:
