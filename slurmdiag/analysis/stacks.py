@@ -838,12 +838,18 @@ def _side_threads(sample: Sample, main: ThreadStack | None) -> tuple[str, ...]:
     return tuple(found)
 
 
+CPU_TICK_S = 0.01  # the resolution of the collector's CPU times (USER_HZ 100)
+
+
 def _usage(samples: Sequence[Sample], mains: Sequence[tuple[Sample, ThreadStack]]):  # type: ignore[no-untyped-def]
     """(main thread's CPU in cores, I/O bytes/s) between the first and last measured sample."""
     measured = [(s.t, m.cpu_s) for s, m in mains if m.cpu_s is not None]
     cpu = None
     if len(measured) >= 2 and measured[-1][0] - measured[0][0] > 0.05:
-        cpu = max(0.0, (measured[-1][1] - measured[0][1]) / (measured[-1][0] - measured[0][0]))
+        # CPU times come in clock ticks (10 ms): one tick over a short window (0.5 s: 2 %) is a
+        # wait loop's wake-up as much as work, so the fraction is counted one tick short
+        used = measured[-1][1] - measured[0][1] - CPU_TICK_S
+        cpu = max(0.0, used / (measured[-1][0] - measured[0][0]))
     counted = [(s.t, s.io) for s in samples if s.io is not None]
     io = None
     if len(counted) >= 2 and counted[-1][0] - counted[0][0] > 0.05:

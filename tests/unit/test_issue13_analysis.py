@@ -215,6 +215,25 @@ def test_sleep_poll_loop_moving_between_two_lines_is_stuck() -> None:
     assert "polling" in v.summary
 
 
+def test_one_clock_tick_in_a_short_window_is_not_work() -> None:
+    # GIVEN two samples 0.5 s apart (attach --samples 2 --interval 0.5, as the rendezvous test
+    # takes them), rank 2's poll loop charged one 10 ms clock tick between them: 2 % of a core,
+    # on the bar (a CI run under load called a rendezvous retry loop busy this way)
+    def half_second_apart(r):  # type: ignore[no-untyped-def]
+        first, second = r.samples[:2]
+        return replace(r, samples=(first, replace(second, t=first.t + 0.5)))
+
+    snapshot = map_ranks(map_ranks(first_samples(load("store_wait"), 2), half_second_apart),
+                         lambda r: poll_between_lines(r, 0.01))
+    v = top(snapshot)
+    # THEN a tick's resolution is not taken as work: it polls, stuck
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+    # AND three ticks in the same half second (6 %) are work
+    busy = map_ranks(map_ranks(first_samples(load("store_wait"), 2), half_second_apart),
+                     lambda r: poll_between_lines(r, 0.03))
+    assert top(busy).kind == "spinning"
+
+
 def test_the_same_loop_using_cpu_is_spinning() -> None:
     # GIVEN the same moving stacks, the thread using half a core between samples
     snapshot = map_ranks(load("store_wait"), lambda r: poll_between_lines(r, 0.5))
