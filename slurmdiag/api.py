@@ -199,8 +199,13 @@ def attach_job(
     transport: Transport | None = None,
     progress: Progress | None = None,
     on_phase: Callable[[str, int | None], None] | None = None,
+    on_verdict: Callable[[Snapshot, Analysis], None] | None = None,
 ) -> AttachResult:
-    """The whole attach: collect, analyse, write; used by the CLI and the watchdog."""
+    """The whole attach: collect, analyse, write; used by the CLI and the watchdog.
+
+    ``on_verdict(snapshot, analysis)`` is called once the verdict is known, before the outputs
+    are written (the CLI prints its summary then: the report and snapshot.json take ~0.1 s at
+    64 ranks, and the user waits for the verdict, not for them)."""
     snapshot, warnings = collect_snapshot(
         str(job_id), options, transport=transport, progress=progress, on_phase=on_phase,
         meanwhile=lambda: _load_the_rest(write and report),
@@ -211,6 +216,8 @@ def attach_job(
     phase("analysing", None)
     analysis = analyze(snapshot)
     snapshot = dataclasses.replace(snapshot, verdicts=tuple(analysis.verdicts))
+    if on_verdict is not None:
+        on_verdict(snapshot, analysis)
     target: Path | None = None
     write_error: OutputFailed | None = None
     if write:

@@ -6,9 +6,11 @@ import sys
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 
 
-def _netlink_messages(sock, what):
+def _netlink_messages(sock, what, lead=None):
     """(type, buffer, offset, length) of each message of the dump answering on ``sock``, until
-    NLMSG_DONE; OSError for an error message (its errno when it has one)."""
+    NLMSG_DONE; OSError for an error message (its errno when it has one).
+
+    ``lead(buffer)`` may take a buffer's leading messages: it returns the offset after them."""
     import _struct
 
     head = _struct.Struct("=IH").unpack_from  # nlmsghdr's length and type, read in place
@@ -16,7 +18,7 @@ def _netlink_messages(sock, what):
         data = sock.recv(1 << 17)
         if not data:
             raise OSError(f"{what} dump ended early")
-        offset, size = 0, len(data)
+        offset, size = lead(data) if lead else 0, len(data)
         while offset + 16 <= size:
             length, kind = head(data, offset)
             if kind == NLMSG_DONE or kind == NLMSG_ERROR:

@@ -69,8 +69,13 @@ def format_summary(
         lines.append("")
         lines += problems
     if report_path is not None:
-        lines += ["", f"{paint('bold', 'Report:')} {clean(report_path)}"]
+        lines += report_lines(report_path, color=color)
     return lines
+
+
+def report_lines(report_path: str, *, color: bool) -> list[str]:
+    """The summary's last lines: where the report is."""
+    return ["", f"{_painter(color)('bold', 'Report:')} {clean(report_path)}"]
 
 
 def clean(text: str) -> str:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,51 @@ def test_attach_job_compiles_the_report_during_the_fan_out(monkeypatch, tmp_path
     else:
         assert calls == [("fan-out saw the template loaded", False)]
         assert not (tmp_path / "report.html").exists()
+
+
+def test_the_verdict_is_handed_over_before_the_outputs_are_written(monkeypatch, tmp_path):
+    # GIVEN a job whose nodes answer
+    _fake_slurm(monkeypatch)
+    seen = []
+
+    def on_verdict(snapshot, analysis):
+        seen.append((snapshot.verdicts, analysis.verdicts, (tmp_path / "report.html").exists(),
+                     (tmp_path / "snapshot.json").exists()))
+
+    # WHEN attach_job runs with a verdict callback
+    result = api.attach_job("42", ONE_SAMPLE, out_dir=tmp_path, transport=_nodes_answering(
+        _unreachable), on_verdict=on_verdict)
+    # THEN it was called once, with the analysed snapshot, before either file existed
+    assert len(seen) == 1
+    verdicts, analysed, report_there, snapshot_there = seen[0]
+    assert verdicts and verdicts == tuple(analysed) == result.snapshot.verdicts
+    assert (report_there, snapshot_there) == (False, False)
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "snapshot.json").is_file()
+
+
+def test_the_cli_prints_the_verdict_before_it_writes_the_report(monkeypatch, tmp_path, capsys):
+    # GIVEN the attach command on a job whose nodes answer, and a writer that notes what stdout
+    # already held when it began
+    from slurmdiag import cli
+
+    recorded = json.loads((Path(__file__).parent.parent / "fixtures" / "collector"
+                           / "node001_simple_sleep.json").read_text())
+    _fake_slurm(monkeypatch, InMemoryTransport({"node001": recorded,
+                                                "node002": _unreachable}))
+    real_write = api.write_outputs
+    printed_before = []
+
+    def write_outputs(*args, **kwargs):
+        printed_before.append(capsys.readouterr().out)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(api, "write_outputs", write_outputs)
+    # WHEN it runs
+    code = cli.main(["attach", "42", "--samples", "1", "--strace", "0", "--out", str(tmp_path)])
+    after = capsys.readouterr().out
+    # THEN the summary (the job, the verdict) was out before the outputs were written, and the
+    # report's path followed once it was; the exit code is the usual one
+    assert code == 0
+    assert printed_before and printed_before[0].startswith("slurmdiag: job 42 ")
+    assert "Report:" not in printed_before[0]
+    assert after.strip() == f"Report: {tmp_path / 'report.html'}"

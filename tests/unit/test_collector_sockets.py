@@ -152,3 +152,59 @@ def test_the_sockets_are_read_while_the_first_tools_run() -> None:
     # THEN that work ran once, while both tools were alive, and the tools ended normally
     assert seen == [(2, 2)]
     assert [r[0] for r in results] == [0, 0]
+
+
+class _Replies:
+    """A netlink socket's side of a dump: the buffers recv() returns, in order."""
+
+    def __init__(self, buffers: list[bytes]) -> None:
+        self.buffers = list(buffers)
+
+    def recv(self, size: int) -> bytes:
+        return self.buffers.pop(0)
+
+
+def _answer(inode: int, port: int, state: int = 1, extra: bytes = bytes(36)) -> bytes:
+    """One SOCK_DIAG_BY_FAMILY answer for an IPv4 socket 10.0.0.<port % 250>:port -> 10.0.0.9:29500,
+    with ``extra`` standing for the attributes a kernel adds (36 bytes: 6.18's four)."""
+    body = (bytes([socket.AF_INET, state, 0, 0]) + port.to_bytes(2, "big")
+            + (29500).to_bytes(2, "big") + bytes([10, 0, 0, port % 250]) + bytes(12)
+            + bytes([10, 0, 0, 9]) + bytes(12) + bytes(4) + bytes(8)
+            + bytes(4) + (7).to_bytes(4, sys.byteorder) + (3).to_bytes(4, sys.byteorder)
+            + bytes(4) + inode.to_bytes(4, sys.byteorder))
+    assert len(body) == sockets.DIAG_MSG_LEN
+    length = 16 + len(body) + len(extra)
+    return (length.to_bytes(4, sys.byteorder) + sockets.SOCK_DIAG_BY_FAMILY.to_bytes(2, sys.byteorder)
+            + bytes(10) + body + extra)
+
+
+DONE = (20).to_bytes(4, sys.byteorder) + (3).to_bytes(2, sys.byteorder) + bytes(14)
+
+
+@pytest.mark.parametrize("shape", ["alike", "one answer longer", "alike, then the end alone"])
+def test_a_dump_read_by_columns_equals_the_dump_read_message_by_message(
+        shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a dump of 600 sockets in two buffers, 3 of them wanted (and one wanted inode absent);
+    # in one shape an answer carries one more attribute, so the buffer is not all alike
+    answers = [_answer(1000 + i, 20000 + i, state=1 if i % 3 else 10) for i in range(600)]
+    if shape == "one answer longer":
+        answers[450] = _answer(1450, 20450, extra=bytes(44))
+    first, rest = b"".join(answers[:300]), b"".join(answers[300:])
+    buffers = [first, rest + DONE] if shape != "alike, then the end alone" else [first, rest, DONE]
+    wanted = {1007, 1300, 1450, 99}
+    # WHEN read with the column path, then with every message walked
+    by_columns = sockets.read_tcp_dump(_Replies(buffers), wanted, True)
+    used = []
+    real = sockets._uniform_run
+    monkeypatch.setattr(sockets, "_uniform_run", lambda *a: used.append(real(*a)) or 0)
+    walked = sockets.read_tcp_dump(_Replies(buffers), wanted, True)
+    # THEN both find the same three sockets, decoded alike
+    assert by_columns == walked
+    assert set(by_columns) == {1007, 1300, 1450}
+    assert by_columns[1007] == ("10.0.0.7", 20007, "10.0.0.9", 29500, "ESTABLISHED", 3, 7)
+    assert by_columns[1300][4:] == ("LISTEN", 0, 7)  # a listener's wqueue is its backlog: 0
+    assert by_columns[1450][1] == 20450
+    # AND the column path took the buffers whose answers are alike, and only those
+    taken = [offset > 0 for offset in used]
+    assert taken == {"alike": [True, True], "one answer longer": [True, False],
+                     "alike, then the end alone": [True, True, False]}[shape]
