@@ -63,6 +63,7 @@ class Transport(Protocol):
         *,
         het_group: tuple[str, int] | None = None,
         progress: Progress | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> FanoutResult:
         """Run the collector once on each node, within ``options.timeout_s``.
 
@@ -79,6 +80,10 @@ class Transport(Protocol):
                 ``--het-group``. Transports that reach nodes directly ignore it.
             progress: called with ``(answered, len(nodes))`` as each node's document arrives,
                 from any thread; it must be quick and must not raise.
+            on_started: called once, from the calling thread, as soon as the fan-out is under
+                way (srun spawned, ssh connections begun): the caller starts its own work then,
+                not before, so that it does not compete with the fan-out's start for the GIL.
+                Not called when the fan-out could not start at all.
 
         Returns:
             A ``FanoutResult`` whose ``nodes`` maps every name of ``nodes`` to a

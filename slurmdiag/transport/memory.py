@@ -62,10 +62,13 @@ class InMemoryTransport:
         *,
         het_group: tuple[str, int] | None = None,
         progress: Progress | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> FanoutResult:
         """Each node's answer, in the order asked (see base.Transport for the contract)."""
         self.calls.append(Call(job_id, tuple(nodes), options, het_group))
         start = time.monotonic()
+        if on_started is not None:
+            on_started()
         out = FanoutResult(transport=self.name, warnings=list(self.warnings),
                            interrupted=self.interrupted)
         answered = 0

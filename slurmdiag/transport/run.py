@@ -83,12 +83,14 @@ def run_command(
     should_stop: Callable[[], bool] | None = None,
     interrupt_signal: int | None = None,
     interrupt_grace_s: float = 3.0,
+    on_started: Callable[[], None] | None = None,
 ) -> CommandResult:
     """Run argv to completion or until ``timeout`` seconds, never raising for the child's failures.
 
     ``on_stdout_line`` is called for each complete stdout line as it arrives (used for progress);
     ``should_stop`` is polled and ends the command early when it returns True (e.g. every node
-    has answered and only srun's own shutdown is left).
+    has answered and only srun's own shutdown is left). ``on_started`` is called once the
+    child runs (not when it could not be started).
 
     A KeyboardInterrupt (Ctrl-C; the CLI turns SIGTERM into one) while the command runs ends its
     process group like a timeout and returns what came until then with ``interrupted`` set: the
@@ -116,6 +118,8 @@ def run_command(
             proc.stdin.close()
         except BrokenPipeError:
             pass
+    if on_started is not None:
+        on_started()
 
     out = bytearray()
     err = bytearray()

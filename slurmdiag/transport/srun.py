@@ -190,6 +190,7 @@ class SrunTransport:
         *,
         het_group: tuple[str, int] | None = None,
         progress: Progress | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> FanoutResult:
         """Run the collector on every node through one srun step, within ``options.timeout_s``."""
         runner = self.runner
@@ -202,7 +203,8 @@ class SrunTransport:
                 answered.add(node)
                 progress(len(answered), len(nodes))
 
-        def step(on: Sequence[str], step_options: AttachOptions, portable: bool) -> CommandResult:
+        def step(on: Sequence[str], step_options: AttachOptions, portable: bool,
+                 started: Callable[[], None] | None = None) -> CommandResult:
             return runner(
                 srun_argv(job_id, on, step_options, het_group, portable=portable),
                 step_options.timeout_s,
@@ -210,13 +212,14 @@ class SrunTransport:
                 on_stdout_line=on_line,
                 # srun forwards SIGUSR1 to its tasks: the collectors send what they have.
                 interrupt_signal=signal.SIGUSR1,
+                on_started=started,
             )
 
         start = time.monotonic()
         # The system Python is run directly when the controller has one (one program less a
         # node); nodes without it get the portable form in a second step.
         direct = options.node_python is None and collect.controller_has_system_python()
-        result = step(nodes, options, portable=not direct)
+        result = step(nodes, options, portable=not direct, started=on_started)
         out = outcomes_from_output(nodes, result, self.name)
         timed_out = result.timed_out
         if result.interrupted:

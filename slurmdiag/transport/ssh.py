@@ -182,6 +182,7 @@ class SshTransport:
         *,
         het_group: tuple[str, int] | None = None,  # a component's nodes are reached directly
         progress: Progress | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> FanoutResult:
         """Run the collector on every node over ssh, in parallel, within ``options.timeout_s``."""
         paramiko = _paramiko()
@@ -248,6 +249,8 @@ class SshTransport:
 
         pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(nodes))))
         futures = {node: pool.submit(one, node) for node in nodes}
+        if on_started is not None:
+            on_started()
         try:
             wait(futures.values(), timeout=max(0.1, deadline + 2 - time.monotonic()))
         except KeyboardInterrupt:

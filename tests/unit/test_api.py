@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,44 @@ def test_the_cli_prints_the_verdict_before_it_writes_the_report(monkeypatch, tmp
     assert printed_before and printed_before[0].startswith("slurmdiag: job 42 ")
     assert "Report:" not in printed_before[0]
     assert after.strip() == f"Report: {tmp_path / 'report.html'}"
+
+
+def test_the_meanwhile_work_waits_for_the_fan_out_to_start(monkeypatch):
+    # GIVEN a transport that takes a while to start its fan-out (building srun's command and
+    # spawning it), then says it has started
+    ran = threading.Event()
+    seen = {}
+
+    class SlowToStart(InMemoryTransport):
+        def collect(self, job_id, nodes, options, *, het_group=None, progress=None,
+                    on_started=None):
+            time.sleep(0.3)
+            seen["before start"] = ran.is_set()
+            assert on_started is not None
+            on_started()
+            seen["after start"] = ran.wait(10)
+            return super().collect(job_id, nodes, options, het_group=het_group, progress=progress)
+
+    _fake_slurm(monkeypatch)
+    # WHEN the snapshot is collected with work to do meanwhile
+    api.collect_snapshot("42", ONE_SAMPLE, transport=SlowToStart({"node001": _unreachable,
+                                                                   "node002": _unreachable}),
+                         meanwhile=ran.set)
+    # THEN that work began only once the fan-out had started, and then at once
+    assert seen == {"before start": False, "after start": True}
+
+
+def test_run_command_says_when_the_child_runs(tmp_path):
+    # GIVEN a command that only ends once the caller has been told it runs
+    from slurmdiag.transport.run import run_command
+
+    flag = tmp_path / "told"
+    script = f"while [ ! -e {flag} ]; do sleep 0.01; done; echo ended"
+    # WHEN run with on_started creating the flag
+    told = []
+    result = run_command(["sh", "-c", script], 10,
+                         on_started=lambda: (told.append(1), flag.touch()))
+    # THEN it was told once, while the child ran; a command that cannot start tells nothing
+    assert result.ok and result.stdout == "ended\n" and told == [1]
+    missing = run_command([str(tmp_path / "no-such-program")], 5, on_started=lambda: told.append(2))
+    assert missing.start_error and told == [1]
