@@ -188,6 +188,10 @@ def submit(name: str, state_dir: Path | str, *, env: Mapping[str, str] | None = 
     truth = load_truth(name)
     state_dir = Path(state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    # An earlier run's rank files would make this one "ready" before its job even started
+    # (`make accuracy` reuses /tmp/slurmdiag-accuracy/batchN/<name>).
+    for stale in state_dir.glob("rank*.json"):
+        stale.unlink()
     python = python or sys.executable
     if truth["launcher"] == "submitit":
         job_id = _submit_with_submitit(truth, state_dir, python, env or {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -196,3 +197,21 @@ def test_ports_differ_between_jobs_and_stay_out_of_the_ephemeral_range():
 def test_master_address_prefers_the_environment():
     assert harness.master_address({"MASTER_ADDR": "10.1.2.3"}) == "10.1.2.3"
     assert harness.master_address({}) == "127.0.0.1"
+
+
+def test_a_resubmitted_scenario_is_not_ready_on_the_last_runs_rank_files(tmp_path, monkeypatch):
+    # GIVEN a state directory holding every rank file of an earlier run of the scenario
+    import subprocess
+
+    from scenarios import launch
+
+    truth = launch.load_truth("store_wait")
+    for rank in range(int(truth["world_size"])):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "pid": 1}))
+    monkeypatch.setattr(launch, "_run", lambda argv, **kw: subprocess.CompletedProcess(
+        argv, 0, "77\n", ""))
+    # WHEN it is submitted again there (sbatch answering job 77)
+    run = launch.submit("store_wait", tmp_path)
+    # THEN the new run has no rank reported yet: it waits for its own job's ranks
+    assert run.job_id == "77"
+    assert run.rank_records() == {}
