@@ -1322,10 +1322,33 @@ def _with_confidence(verdict: Verdict, statuses: list[_Status]) -> Verdict:
     )
 
 
-def _busy_everywhere(busy: list[_Status]) -> Verdict:
-    """Every rank computes in its own code, none waits in a collective: not a hang."""
+def _outliers_of_a_compute_phase(blocked: list[_Status], busy: list[_Status]) -> bool:
+    """No rank waits in a collective, and every rank that looks blocked has the very stack of
+    ranks seen computing, which are at least as many in its class.
+
+    One compute phase seen with a rank that used no CPU in the window: on a crowded node a
+    runnable rank can get no tick for seconds, and strace's stops hold a traced one (found in
+    `make accuracy`: silent_compute --samples 1, rank 1 at 0.0 % while 0, 2 and 3 used 12-36 %
+    at the same line, was called all_waiting). Its peers are not waiting for it yet, so nothing
+    is hung now. What it hides: a rank blocked (a native deadlock) inside the very call its
+    peers compute in, and only while they still compute; once they wait for it in the next
+    collective, it is a straggler.
+    """
+    by_class = Counter(s.digest.class_index for s in busy)
+    idle = Counter(s.digest.class_index for s in blocked)
+    return all(by_class[c] >= n for c, n in idle.items())
+
+
+def _busy_everywhere(busy: list[_Status], idle: list[_Status] | None = None) -> Verdict:
+    """Every rank computes in its own code, none waits in a collective: not a hang. ``idle``:
+    ranks at the same stacks that used no CPU in the window (see _outliers_of_a_compute_phase)."""
     measured = [s for s in busy if s.digest.cpu_fraction is not None]
     evidence = [_proc_evidence(s) for s in busy[:4]]
+    if idle:
+        evidence.append(
+            f"{_ranks_label(s.rank for s in idle)} at the same stack used no CPU in the window: "
+            "starved on a crowded node or held by strace, counted with the ranks computing there"
+        )
     if measured:
         low = min(s.digest.cpu_fraction or 0.0 for s in measured)
         why = f"their main threads used CPU between samples (at least {100 * low:.0f} % of a core)"
@@ -1359,6 +1382,8 @@ def _without_waiters(
     everyone = blocked + busy
     if busy and not blocked:
         return [_busy_everywhere(busy)]
+    if busy and _outliers_of_a_compute_phase(blocked, busy):
+        return [_busy_everywhere(busy, idle=blocked)]
     classes = {s.digest.class_index for s in everyone}
     if len(classes) == 1:
         head = everyone[0]
@@ -1425,12 +1450,70 @@ def _with_exit_evidence(snapshot: Snapshot, verdict: Verdict) -> Verdict:
     return replace(verdict, sites=verdict.sites or sites, evidence=tuple(evidence) + verdict.evidence)
 
 
+def _settled_tail(snapshot: Snapshot, merge: StackMerge) -> tuple[Snapshot, str] | None:
+    """The snapshot from the sample on, when the only motion in it was ranks arriving in a
+    collective during the look and staying there: (the snapshot cut there, why), or None.
+
+    Attached as a hang forms, the last rank to reach the collective is seen in its step first,
+    then in the collective: "went in or out of a collective between samples" would call that
+    progress (found in `make accuracy`: pipe_write_full, rank 2 in sgd_update, then in the
+    gradient all_reduce twice, called progressing). Only an arrival counts: a rank seen in a
+    collective before it moved, a rank moving elsewhere, a tail shorter than two samples or a
+    sample without a stack leave the snapshot whole; and diagnose keeps the cut only when no
+    rank did measurable work in it (a healthy loop whose fast ranks wait at one all_reduce
+    line in every sample still computes between them).
+    """
+    count = merge.max_samples
+    if count < 3 or not merge.digests:
+        return None
+    starts: dict[int, int] = {}
+    for digest in merge.digests:
+        ids = digest.stack_ids
+        if len(ids) != count or digest.sample_errors or len(digest.proc.samples) != count:
+            return None  # a sample index would not be the same moment on every rank
+        first = count - 1
+        while first > 0 and ids[first - 1] == ids[-1]:
+            first -= 1
+        if first:
+            if merge.table[ids[-1]].position is None or any(
+                merge.table[sid].position is not None for sid in ids[:first]
+            ):
+                return None  # not an arrival in a collective: the rank moved
+            starts[digest.rank] = first
+    cut = max(starts.values(), default=0)
+    if not cut or count - cut < 2:
+        return None
+    tail = replace(snapshot, nodes=tuple(
+        replace(node, ranks=tuple(replace(r, samples=r.samples[cut:]) for r in node.ranks))
+        for node in snapshot.nodes
+    ))
+    arrived = sorted(starts)
+    why = (
+        f"{_ranks_label(arrived)} reached {'its' if len(arrived) == 1 else 'their'} collective "
+        f"during the look (by sample {cut + 1} of {count}), and no rank moved or worked after "
+        f"that: the hang is judged on samples {cut + 1}-{count}"
+    )
+    return tail, why
+
+
 def diagnose(snapshot: Snapshot) -> Analysis:
     """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
     merge = merge_stacks(snapshot)
     layout = _expected_ranks(snapshot, merge)
     statuses = [_status(merge, d) for d in merge.digests]
     hang, hung = _hang_verdicts(snapshot, merge, statuses, layout)
+    cut = _settled_tail(snapshot, merge) if hang and hang[0].kind == VerdictKind.PROGRESSING else None
+    if cut is not None:
+        tail, why = cut
+        tail_merge = merge_stacks(tail)
+        if all(_measured_work(d) is False for d in tail_merge.digests):
+            tail_layout = _expected_ranks(tail, tail_merge)
+            tail_statuses = [_status(tail_merge, d) for d in tail_merge.digests]
+            tail_hang, tail_hung = _hang_verdicts(tail, tail_merge, tail_statuses, tail_layout)
+            if tail_hung:
+                merge, layout, statuses = tail_merge, tail_layout, tail_statuses
+                hang = [_with_evidence(v, [why]) if i == 0 else v for i, v in enumerate(tail_hang)]
+                hung = tail_hung
 
     hang = [_with_exit_evidence(snapshot, v) if v.kind == VerdictKind.MISSING_RANK else v for v in hang]
     disagreement = watchdog_disagreement(snapshot)

@@ -493,3 +493,93 @@ def test_a_native_hang_looked_at_long_enough_is_spinning() -> None:
     # THEN it is called spinning again
     assert (v.kind, v.culprit_ranks) == ("spinning", (3,))
     assert v.severity in ("warning", "critical")
+
+
+# ----------------------------------------- one rank of a compute phase measured idle is no hang
+
+
+def compute_phase_one_rank_starved() -> Snapshot:
+    """silent_compute with --samples 1 from `make accuracy` (real): ranks 0-3 at one native line,
+    state R, py-spy active; ranks 0, 2, 3 used 12-36 % CPU over the 2 s window, rank 1 0.0 %
+    (starved on the crowded node). Before this rule: all_waiting, a false alarm."""
+    return Snapshot.from_json((ACCURACY / "silent_compute.samples1.false_alarm.json").read_text())
+
+
+def test_a_rank_measured_idle_at_the_stack_its_peers_compute_at_is_no_hang() -> None:
+    v = top(compute_phase_one_rank_starved())
+    # THEN the job is computing, and the idle-looking rank is named in the evidence
+    assert (v.kind, v.severity) == ("progressing", "info"), v
+    assert any(e.startswith("rank 1 at the same stack used no CPU") for e in v.evidence)
+
+
+def test_ranks_idle_at_one_stack_where_fewer_compute_are_still_all_waiting() -> None:
+    # GIVEN the same phase with ranks 0-2 measured idle and only rank 3 computing (what the rule
+    # must not hide: most of a class blocked at one line is not a compute phase)
+    def idle(rank):  # type: ignore[no-untyped-def]
+        return rank if rank.rank == 3 else replace(rank, cpu_percent=0.0)
+
+    v = top(map_ranks(compute_phase_one_rank_starved(), idle))
+    # THEN it stays a hang verdict
+    assert v.kind == "all_waiting" and v.severity == "warning", v
+
+
+# ------------------------------------------- a rank reaching the hang during the look is no progress
+
+
+def hang_forming() -> Snapshot:
+    """pipe_write_full with the defaults from `make accuracy` (real): rank 0 blocked writing to a
+    full pipe; ranks 1 and 3 in the gradient all_reduce in all three samples; rank 2 in its step
+    (sgd_update) in the first, then in the all_reduce. Before this rule: progressing."""
+    return Snapshot.from_json((ACCURACY / "pipe_write_full.default.late_arrival.json").read_text())
+
+
+def test_a_rank_arriving_in_the_collective_during_the_look_is_judged_after_it_arrived() -> None:
+    analysis = diagnose(hang_forming())
+    v = analysis.verdicts[0]
+    # THEN the hang is seen: rank 0, at its pipe write, judged on the samples after the arrival
+    assert (v.kind, v.culprit_ranks, v.severity) == ("straggler", (0,), "critical"), v
+    assert v.sites[0].endswith("pipe_write_full.py:38")
+    assert any(e.startswith("rank 2 reached its collective during the look (by sample 2 of 3)")
+               for e in v.evidence)
+    assert analysis.samples == 2
+
+
+def _main_threads_working(rank):  # type: ignore[no-untyped-def]
+    """Every thread of the rank's samples gains 0.4 s of CPU a sample: it computes between them."""
+    return replace(rank, samples=tuple(
+        replace(s, threads=tuple(replace(t, cpu_s=(t.cpu_s or 0.0) + 0.4 * k) for t in s.threads))
+        for k, s in enumerate(rank.samples)))
+
+
+def test_an_arrival_among_ranks_that_compute_between_samples_is_still_progress() -> None:
+    # GIVEN the same stacks, but ranks 1 and 3 use CPU between samples (a healthy loop whose fast
+    # ranks are found at one all_reduce line in every sample, a slower rank 2 caught arriving)
+    snapshot = map_ranks(hang_forming(),
+                         lambda r: _main_threads_working(r) if r.rank in (1, 3) else r)
+    # THEN it stays progress
+    assert top(snapshot).kind == "progressing"
+
+
+def test_a_rank_leaving_the_collective_during_the_look_is_still_progress() -> None:
+    # GIVEN rank 2 seen in the all_reduce twice, then in its step (it left the collective)
+    def leaving(rank):  # type: ignore[no-untyped-def]
+        return rank if rank.rank != 2 else replace(rank, samples=tuple(
+            replace(late, t=early.t) for late, early in zip(rank.samples[::-1], rank.samples)))
+
+    # THEN a collective completed: progress
+    assert top(map_ranks(hang_forming(), leaving)).kind == "progressing"
+
+
+def test_a_rank_seen_in_the_collective_before_it_moved_is_still_progress() -> None:
+    # GIVEN rank 2 in the all_reduce first, then twice at one line of its step (idle there): the
+    # collective it was in completed
+    def left_then_stayed(rank):  # type: ignore[no-untyped-def]
+        if rank.rank != 2:
+            return rank
+        inside, step = rank.samples[1], rank.samples[0]
+        order = (inside, step, step)
+        return replace(rank, samples=tuple(replace(s, t=o.t, cpu_s=o.cpu_s, threads=tuple(
+            replace(t, cpu_s=1.0) for t in s.threads)) for s, o in zip(order, rank.samples)))
+
+    # THEN progress, not a hang judged after it
+    assert top(map_ranks(hang_forming(), left_then_stayed)).kind == "progressing"
