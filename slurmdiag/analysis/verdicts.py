@@ -1216,6 +1216,21 @@ def _is_peer_wait(s: _Status) -> bool:
     return any(needle in wchan for needle in _SOCKET_WCHAN) or "futex" in wchan
 
 
+def _caught_awake(s: _Status) -> bool:
+    """Blocked at a call from the job's own code (so under the CPU bar over the window, see
+    _is_busy), yet runnable with no wait channel when read: a waiter whose poll timeout (or a
+    tool's ptrace stop) had just woken it. It joins a peer-wait group at its very stack (found in `make accuracy`:
+    store_wait --samples 1, rank 1 in state R at the store.wait of ranks 0 and 3 was blamed with
+    the real culprit). What would make it lie: a rank computing at that call that got under 2 %
+    of a core over the window, the bar every one-sample rule shares."""
+    proc = s.digest.proc
+    return (
+        s.status == "blocked" and s.info is not None and s.info.kind == "user"
+        and s.kind in ("io", "lock") and not _measured_work(s.digest) and not proc.wchan
+        and (proc.state or "")[:1] == "R"
+    )
+
+
 def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
     """Ranks blocked together at one socket wait while other ranks are elsewhere wait on those
     others, as in a collective: they become *waiting* (position: their stack)."""
@@ -1223,6 +1238,9 @@ def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
         (s for s in statuses if _is_peer_wait(s)),
         lambda s: s.info.keys if s.info is not None else None,
     )
+    for s in statuses:
+        if _caught_awake(s) and s.info is not None and s.info.keys in groups:
+            groups[s.info.keys].append(s)
     # Two ranks stuck in the same C call on a socket while most ranks wait in a collective are
     # stragglers (a remote service without timeout), not the waiters: a peer-wait group must
     # be at least as large as the group of ranks in collectives.

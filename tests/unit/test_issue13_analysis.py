@@ -583,3 +583,27 @@ def test_a_rank_seen_in_the_collective_before_it_moved_is_still_progress() -> No
 
     # THEN progress, not a hang judged after it
     assert top(map_ranks(hang_forming(), left_then_stayed)).kind == "progressing"
+
+
+# ------------------------------------- a waiter read just as its poll timeout woke it still waits
+
+
+def store_wait_one_awake() -> Snapshot:
+    """store_wait with --samples 1 from `make accuracy` (real): ranks 0 and 3 in store.wait
+    (state S, wchan poll_schedule_timeout), rank 1 in the same call read in state R with no wait
+    channel and 0 % CPU, rank 2 polling for the marker. Before this rule: ranks 1-2 blamed."""
+    return Snapshot.from_json((ACCURACY / "store_wait.samples1.caught_awake.json").read_text())
+
+
+def test_a_waiter_caught_awake_at_its_peers_store_wait_waits_with_them() -> None:
+    v = top(store_wait_one_awake())
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+    assert "ranks 0-1,3 wait" in v.summary
+
+
+def test_a_rank_using_cpu_at_its_peers_store_wait_does_not_join_them() -> None:
+    # GIVEN rank 1 at that call using 35 % of a core over the window (it computes there)
+    v = top(map_ranks(store_wait_one_awake(),
+                      lambda r: replace(r, cpu_percent=35.0) if r.rank == 1 else r))
+    # THEN it is not counted with the waiters
+    assert "ranks 0-1,3 wait" not in v.summary and "ranks 0,3 wait" in v.summary, v.summary
