@@ -1040,6 +1040,26 @@ def _traffic(digest: RankDigest) -> int | None:
     )
 
 
+# Kernel waits outside the network: a pipe, a network or local file system, a disk.
+_OFF_NETWORK_WCHAN = ("pipe", "nfs", "rpc_", "io_schedule", "wait_on_page", "folio_wait")
+
+
+def _stuck_off_network(s: _Status) -> bool:
+    """Blocked for the whole look outside any network wait: the same stack in every sample (two
+    at least), no measured work (CPU, I/O), the kernel waiting on a pipe, a file system or a
+    disk (or state D). The job's sockets may carry traffic meanwhile (its other threads, the
+    store it hosts), but this rank makes no progress, and the others' collectives need it:
+    the traffic rule does not apply (found in `make accuracy`: pipe_write_full, rank 0 in
+    anon_pipe_write with 16-36 writev a rank in strace's 2 s, was called progressing). What
+    would make it lie: a rank writing to a slow consumer caught in the write in every sample;
+    its written bytes (wchar) advance, which is measured work: busy, not blocked."""
+    digest = s.digest
+    if s.status != "blocked" or not digest.stationary or len(digest.stack_ids) < 2:
+        return False  # "blocked" with two samples or more: no measured work (see _status)
+    wchan = digest.proc.wchan or ""
+    return (digest.proc.state or "")[:1] == "D" or any(n in wchan for n in _OFF_NETWORK_WCHAN)
+
+
 def _progressing_by_traffic(
     statuses: list[_Status], talking: list[tuple[_Status, int]], traced: int
 ) -> Verdict:
@@ -1123,7 +1143,8 @@ def _hang_verdicts(
     traced = [(s, _traffic(s.digest)) for s in statuses]
     traced_known = [(s, n) for s, n in traced if n is not None]
     talking = [(s, n) for s, n in traced_known if n >= TRAFFIC_CALLS]
-    if talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing:
+    if (talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing
+            and not any(_stuck_off_network(s) for s in statuses)):
         # The stacks look the same in every sample (the samples all landed in the same phase),
         # but strace saw most ranks move data: collectives complete, the job progresses.
         return [_progressing_by_traffic(statuses, talking, len(traced_known))], False

@@ -607,3 +607,42 @@ def test_a_rank_using_cpu_at_its_peers_store_wait_does_not_join_them() -> None:
                       lambda r: replace(r, cpu_percent=35.0) if r.rank == 1 else r))
     # THEN it is not counted with the waiters
     assert "ranks 0-1,3 wait" not in v.summary and "ranks 0,3 wait" in v.summary, v.summary
+
+
+# ------------------------------- traffic on the sockets is no progress while a rank is stuck off them
+
+
+def traffic_while_stuck() -> Snapshot:
+    """pipe_write_full with the defaults from `make accuracy` (real): every rank stationary over
+    3 samples (rank 0 in anon_pipe_write, ranks 1-3 in all_reduce), no CPU, yet strace counted
+    16-36 writev and 25-53 recvfrom a rank in its 2 s (a burst as the hang formed). Before this
+    rule: progressing, "moved data over the network while strace watched"."""
+    return Snapshot.from_json((ACCURACY / "pipe_write_full.default.traffic.json").read_text())
+
+
+def test_socket_traffic_does_not_hide_a_rank_stuck_in_a_pipe_write() -> None:
+    v = top(traffic_while_stuck())
+    assert (v.kind, v.culprit_ranks, v.severity) == ("straggler", (0,), "critical"), v
+
+
+def test_a_rank_whose_written_bytes_advance_is_not_stuck_and_traffic_is_progress() -> None:
+    # GIVEN rank 0 writing 4 MiB a second meanwhile (a slow consumer it keeps feeding, caught in
+    # the write in every sample)
+    def feeding(rank):  # type: ignore[no-untyped-def]
+        if rank.rank != 0:
+            return rank
+        return replace(rank, samples=tuple(
+            replace(s, io=(s.io[0], s.io[1] + (4 << 20) * k, *s.io[2:])) if s.io else s
+            for k, s in enumerate(rank.samples)))
+
+    # THEN the traffic rule holds: the job moves data
+    assert top(map_ranks(traffic_while_stuck(), feeding)).kind == "progressing"
+
+
+def test_a_rank_blocked_in_a_socket_receive_does_not_stop_the_traffic_rule() -> None:
+    # GIVEN rank 0 blocked in a socket receive instead (wchan sk_wait_data) while the ranks'
+    # sockets carry traffic: the receive may be the transfer in progress
+    snapshot = map_ranks(traffic_while_stuck(),
+                         lambda r: replace(r, wchan="sk_wait_data") if r.rank == 0 else r)
+    # THEN the traffic says progress, as before
+    assert top(snapshot).kind == "progressing"
