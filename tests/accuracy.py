@@ -367,9 +367,11 @@ def run_batch(names: Sequence[str], state_root: Path, keep: Path | None,
                 time.sleep(5)  # a few steps in, so a slow step is really in the samples
             judged = judge(run, keep)
             for r in judged:
-                log(f"  {r.name} [{r.mode}]: {'right' if r.right else 'WRONG'}: "
-                    f"{r.produced.kind} {list(r.produced.culprit_ranks)} "
-                    f"{[_repo_relative(s) for s in r.produced.sites[:2]]}")
+                # not judged: say why here too (a stale or pending job looked like wrong verdicts)
+                what = (f"not judged: {r.error.splitlines()[0][-200:]}" if r.error else
+                        f"{r.produced.kind} {list(r.produced.culprit_ranks)} "
+                        f"{[_repo_relative(s) for s in r.produced.sites[:2]]}")
+                log(f"  {r.name} [{r.mode}]: {'right' if r.right else 'WRONG'}: {what}")
             results += judged
     finally:
         for run in runs:

@@ -165,3 +165,31 @@ def test_totals_and_markdown_count_each_mode():
     assert "| false alarms (no-hang scenarios) | 0/1 | 0/0 |" in text
     assert "`p2p_deadlock` ran" not in text and "| `p2p_deadlock` |" in text
     assert "error: job FAILED" in text
+
+
+def test_a_run_that_could_not_be_judged_says_why_on_its_console_line(monkeypatch, tmp_path):
+    # GIVEN a batch whose scenario job is ready but whose attach fails (the job still PENDING)
+    import accuracy
+
+    class Ready:
+        name, job_id, truth = "store_wait", "14", load_truth("store_wait")
+
+        def wait_ready(self, timeout):
+            return {}
+
+        def cancel(self):
+            pass
+
+        def job_state(self):
+            return None
+
+    error = "slurmdiag.cli attach 14 --json: exit 4: error: job 14 is PENDING: it has no processes yet"
+    monkeypatch.setattr(accuracy, "submit", lambda name, state: Ready())
+    monkeypatch.setattr(accuracy, "judge", lambda run, keep: [
+        accuracy.failed(run.truth, mode, error) for mode in accuracy.MODES])
+    lines: list[str] = []
+    # WHEN the batch runs
+    results = accuracy.run_batch(["store_wait"], tmp_path, None, log=lines.append)
+    # THEN each mode's line says it was not judged, and why, rather than a verdict of None
+    assert [r.right for r in results] == [False, False]
+    assert lines == [f"  store_wait [{mode}]: WRONG: not judged: {error}" for mode in accuracy.MODES]
