@@ -285,8 +285,6 @@ def _run_attach(args: argparse.Namespace) -> int:
     live = _live_progress(args)
     if live is not None:
         live.start()
-    shown: list[bool] = []
-
     def show_verdict(snapshot: Any, analysis: Any) -> None:
         """The summary as soon as the verdict is known; the report's path follows once written."""
         if live is not None:
@@ -297,7 +295,6 @@ def _run_attach(args: argparse.Namespace) -> int:
                                report_path=None)
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
-        shown.append(True)
 
     try:
         from slurmdiag.api import attach_job
@@ -315,28 +312,22 @@ def _run_attach(args: argparse.Namespace) -> int:
     finally:
         if live is not None:
             live.close()
-    return _show_attach(args, result, summary_shown=bool(shown))
+    return _show_attach(args, result)
 
 
-def _show_attach(args: argparse.Namespace, result: Any, summary_shown: bool = False) -> int:
-    from slurmdiag.report.terminal import (  # loaded during attach
-        format_summary,
-        report_lines,
-        should_color,
-    )
+def _show_attach(args: argparse.Namespace, result: Any) -> int:
+    """What follows the summary (printed by show_verdict once the verdict was known): the
+    snapshot with --json, else where the report went; then warnings, errors, the exit code."""
+    from slurmdiag.report.terminal import report_lines, should_color  # loaded during attach
 
     for warning in result.warnings:
         print(f"warning: {one_line(warning)}", file=sys.stderr)
     snapshot = result.snapshot
-    color = should_color(sys.stdout, os.environ)
     if args.json:
         sys.stdout.write(snapshot.to_json(indent=1) + "\n")
-    elif summary_shown:  # the verdict is out; what remains is where the report went
-        if snapshot.report:
-            sys.stdout.write("\n".join(report_lines(snapshot.report, color=color)) + "\n")
-    else:
-        lines = format_summary(snapshot, result.analysis, color=color, report_path=snapshot.report)
-        sys.stdout.write("\n".join(lines) + "\n")
+    elif snapshot.report:
+        color = should_color(sys.stdout, os.environ)
+        sys.stdout.write("\n".join(report_lines(snapshot.report, color=color)) + "\n")
     if result.write_error is not None:
         # Nothing collected is lost: the snapshot is on stdout (--json), kept elsewhere, or
         # printed now.

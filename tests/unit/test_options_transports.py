@@ -170,3 +170,24 @@ def test_srun_interrupt_sends_sigusr1_keeps_what_came_and_cancels_the_step():
     assert [argv for argv, _ in calls if argv[0] == "scancel"] == [["scancel", "--quiet", "77.3"]]
     assert any(w.startswith("interrupted") for w in out.warnings)
     assert any("77.3" in w for w in out.warnings)
+
+
+def test_srun_says_the_fan_out_started_once_its_step_is_spawned():
+    # GIVEN a runner standing for run_command: it tells the caller the child runs, then answers
+    from slurmdiag.transport.framing import encode_frames
+
+    order: list[str] = []
+
+    def runner(argv, timeout, **kwargs):
+        if argv[0] == "srun":
+            order.append("srun spawned")
+            if kwargs.get("on_started") is not None:
+                kwargs["on_started"]()
+            return CommandResult(tuple(argv), 0, encode_frames("node001", {"node": "node001"}), "")
+        return CommandResult(tuple(argv), 0, "", "")
+
+    # WHEN the srun transport collects with an on_started callback
+    SrunTransport(runner).collect("77", ["node001"], AttachOptions(),
+                                  on_started=lambda: order.append("told"))
+    # THEN the runner was handed it for the step, and it was called once, after the spawn
+    assert order == ["srun spawned", "told"]
