@@ -52,7 +52,8 @@ class Sample(TypedDict, total=False):
     t: float  # seconds since the collector started
     threads: list[dict[str, Any]] | None  # py-spy's JSON threads, slimmed (parse_pyspy_json)
     error: str | None
-    note: str  # why it was read with --nonblocking
+    note: str  # why it was read with --nonblocking, or that it is an earlier one (same_as)
+    same_as: int  # this is the process' sample number same_as (from 0): none of its threads ran
     usage: Usage
     groups: list[list[Any]]  # first round, ranks only: [frame index, local name, repr] (group_locals)
 

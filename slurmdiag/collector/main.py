@@ -2,9 +2,9 @@
 
 Phases: find the job's processes (see discovery) -> rank identity from environ -> K rounds of
 ``py-spy dump --json`` (ranks in parallel; the TCP sockets read from netlink during the first
-round) with ``strace -c`` tracing the ranks from the end of the first round on (the later rounds
-read with --nonblocking: a blocking py-spy and strace cannot trace one process at once) -> GPUs
-and NICs (gathered on the side from the start). Nothing blocks past ``deadline_s``: phases shrink
+round; a rank none of whose threads ran since its last dump keeps that sample) with ``strace -c``
+tracing the ranks from the start (the rounds read with --nonblocking: a blocking py-spy and
+strace cannot trace one process at once) -> GPUs and NICs (gathered on the side from the start). Nothing blocks past ``deadline_s``: phases shrink
 or are skipped and say so in "errors", and a SIGALRM just before the deadline emits whatever
 exists.
 """
@@ -33,8 +33,15 @@ from .nics import collect_nics
 from .options import ArgsError, read_options
 from .procfs import _read, allowed_env, read_stat
 from .sockets import connection_list, tcp_sockets
-from .stacks import _in_dataloader_loop, adopt_spawned_ranks, dump_stack
-from .strace import _untraced_stat, finish_strace, start_strace
+from .stacks import (
+    _in_dataloader_loop,
+    adopt_spawned_ranks,
+    dump_stack,
+    read_schedule,
+    reuse_sample,
+    unchanged_sample,
+)
+from .strace import _untraced_stat, finish_strace, start_strace, wait_attached
 from .tools import (
     FINISH_RESERVE_S,
     Clock,
@@ -50,6 +57,8 @@ from .tools import (
 
 # The watchdog (SIGALRM) fires this long before the deadline if the document is not out yet.
 WATCHDOG_MARGIN_S = 0.15
+# How long the first round waits for strace to attach to the ranks (see wait_attached).
+ATTACH_WAIT_S = 0.3
 # The deadline of a collector whose arguments are unusable: it only reports them.
 ARGS_ERROR_BUDGET_S = 5.0
 
@@ -94,6 +103,8 @@ class Collection:
         self.window_start = {}  # type: dict
         self.fr_requests = {}  # type: dict
         self.sockets = {}  # type: dict
+        # pid -> its threads' schedule read just before its last py-spy dump (read_schedule)
+        self.schedules = {}  # type: dict
         self.tracing = None  # (ranks traced, their strace tasks, the window's message) once started
         self.side = None  # type: Task | None
         self.side_found = {}  # type: dict
@@ -260,10 +271,12 @@ def sample_stacks(run):
     """Stack samples: K rounds ``interval`` apart; workers only in the first round.
 
     The ranks' TCP sockets are read while the first round's dumps run. strace and a blocking
-    py-spy cannot trace one process at once: strace traces the ranks from the end of the first
-    round on, and the later rounds read them with --nonblocking meanwhile (bench/README.md
-    measures the choices: "strace_overlap" "first" (default), "start" (strace from the start,
-    every round nonblocking), "off" (strace after sampling)); with --native every round needs
+    py-spy cannot trace one process at once: strace traces the ranks from the start, and the
+    rounds read them with --nonblocking meanwhile; the first waits (ATTACH_WAIT_S at most) until
+    strace holds every thread, as attaching wakes them all and only a sample read after it can
+    be kept by the next round (see sample_round). bench/README.md measures the choices of
+    "strace_overlap": "start" (default), "first" (strace from the end of the first round, which
+    is read with the suspend), "off" (strace after sampling). With --native every round needs
     the suspend, so strace comes after them.
     """
     options, clock, errors = run.options, run.clock, run.errors
@@ -287,6 +300,8 @@ def sample_stacks(run):
             pump_until(lambda: False, due)  # the side task's and strace's tools run meanwhile
             if k == 0 and overlap == "start" and run.ranks:
                 run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
+                if run.tracing[1]:
+                    wait_attached(run.ranks, time.monotonic() + ATTACH_WAIT_S)
             began = time.monotonic()
             sample_round(run, first=k == 0)
             round_cost = max(round_cost * 0.5, time.monotonic() - began)
@@ -316,14 +331,26 @@ def sample_round(run, first):
     if run.tracing and run.tracing[1]:
         traced = {e["pid"] for e, t in zip(run.tracing[0], run.tracing[1]) if not t.done}
     pyspy, native, clock = run.doc["tools"]["py-spy"], run.options["native"], run.clock
-    results = run_tasks(
+    # A process none of whose sampled threads ran since its last dump keeps that sample: py-spy
+    # would read the same stacks (see unchanged_sample), at ~15 ms of CPU a torch rank.
+    repeated = {}
+    for entry in [] if first else targets:
+        pid, samples = entry["pid"], entry["samples"]
+        previous = samples[-1] if samples else None
+        if previous and unchanged_sample(previous, run.schedules.get(pid), read_schedule(pid)):
+            again = reuse_sample(pid, previous, previous.get("same_as", len(samples) - 1), clock)
+            if again is not None:
+                repeated[pid] = again
+    dumped = [e for e in targets if e["pid"] not in repeated]
+    results = iter(run_tasks(
         # the first round also reads the ranks' process groups (--locals)
         (dump_stack(pyspy, e["pid"], native, clock, e["pid"] in traced,
-                    first and e["role"] == "rank") for e in targets),
+                    first and e["role"] == "rank", run.schedules) for e in dumped),
         run.options["concurrency"],
         (lambda: read_sockets(run)) if first else None,
-    )
-    for entry, result in zip(targets, results):
+    ))
+    for entry in targets:
+        result = repeated[entry["pid"]] if entry["pid"] in repeated else next(results)
         if isinstance(result, Exception):
             result = {
                 "t": round(time.time() - clock.started, 3),

@@ -51,7 +51,7 @@ OPTIONAL = (  # type: tuple
     # "walk" skips the sibling walk (tests).
     ("discovery", lambda v: v in ("auto", "walk", "listpids"), "auto, walk or listpids", "auto"),
     # bench/README.md measures the choices (see sample_stacks in main.py).
-    ("strace_overlap", lambda v: v in ("first", "start", "off"), "first, start or off", "first"),
+    ("strace_overlap", lambda v: v in ("first", "start", "off"), "first, start or off", "start"),
 )
 
 

@@ -227,10 +227,62 @@ def group_locals(threads, pid):
     return out
 
 
-def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
+def read_schedule(pid):
+    """{TID: (times put on a CPU, ns run)} of every thread of ``pid`` (/proc/PID/task/TID/
+    schedstat), or None when any cannot be read (a kernel without CONFIG_SCHED_INFO)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    out = {}
+    for tid in tids:
+        fields = (_read(f"/proc/{pid}/task/{tid}/schedstat", one_show=True) or "").split()
+        if len(fields) < 3:
+            return None
+        out[tid] = (fields[2], fields[0])
+    return out
+
+
+def unchanged_sample(sample, before, now):
+    """Does ``sample`` still hold? True when no thread it shows has been on a CPU since
+    ``before`` (the threads' schedule read just before its dump) and no thread was created or
+    ended since: a thread that did not run cannot have changed its Python stack, whether it
+    holds the GIL, or its wait. What it cannot see: a native thread (never in a sample) that ran
+    and entered Python meanwhile (PyGILState_Ensure) is missing from a sample reused; a thread
+    that Python code starts is made by a thread that ran, so it is not."""
+    if not sample or sample.get("threads") is None or before is None or now is None:
+        return False
+    if before.keys() != now.keys():
+        return False
+    for thread in sample["threads"]:
+        tid = str(thread.get("os_thread_id"))
+        if tid not in now or before.get(tid) != now[tid]:
+            return False
+    return True
+
+
+def reuse_sample(pid, previous, index, clock):
+    """The sample repeating ``previous`` (the process' sample number ``index``, from 0): its
+    time, a fresh CPU and I/O reading, and a note; None when the process is gone."""
+    stat = read_stat(pid)
+    if stat is None or stat["state"] in ("Z", "X"):
+        return None
+    return {
+        "t": round(time.time() - clock.started, 3),
+        "threads": previous["threads"],
+        "error": None,
+        "usage": read_usage(pid, stat),
+        "same_as": index,
+        "note": f"same as sample {index + 1}: none of its threads ran since (schedstat); "
+        "not read again",
+    }
+
+
+def dump_stack(pyspy, pid, native, clock, traced=False, groups=False, schedules=None):
     """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly).
     ``traced``: strace is attached to it, so py-spy cannot suspend it: read with --nonblocking.
-    ``groups``: read with --locals and keep only the process-group ones (group_locals)."""
+    ``groups``: read with --locals and keep only the process-group ones (group_locals).
+    ``schedules``: gets ``pid``'s threads' schedule, read just before py-spy starts."""
     t = round(time.time() - clock.started, 3)
     stat = read_stat(pid)
     if stat is None:
@@ -257,6 +309,8 @@ def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
     if groups:
         argv.append("--locals")
     usage = read_usage(pid, stat)
+    if schedules is not None:
+        schedules[pid] = read_schedule(pid)
     rc, out, err, timeout_note = yield from tool_run(argv, timeout)
     if rc == 0:
         try:

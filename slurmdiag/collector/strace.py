@@ -4,7 +4,7 @@ import _signal
 import posix as os
 import time
 
-from .procfs import read_stat
+from .procfs import _read, read_stat
 from .tools import Task, Tool, _one_line, pump_until
 
 
@@ -84,6 +84,31 @@ def start_strace(ranks, strace, strace_s, clock, errors):
     if window <= 0:
         return list(ranks), None, message
     return list(ranks), [Task(trace_syscalls(strace, e["pid"], window, clock)) for e in ranks], message
+
+
+def _traced(pid):
+    """Has every thread of ``pid`` a tracer (TracerPid) that let it go on (not in a tracing
+    stop), or is the process gone?"""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        status = _read(f"/proc/{pid}/task/{tid}/status")
+        if status and ("TracerPid:\t0\n" in status or "(tracing stop)" in status):
+            return False
+    return True
+
+
+def wait_attached(ranks, until):
+    """Until strace holds every thread of ``ranks`` (or time ``until``): attaching wakes each
+    thread once, and a rank whose threads then stay asleep keeps its first sample later on
+    (see unchanged_sample) only if that sample was read after the attach."""
+    pending = [e["pid"] for e in ranks]
+    while pending and time.monotonic() < until:
+        pending = [pid for pid in pending if not _traced(pid)]
+        if pending:
+            pump_until(lambda: False, min(until, time.monotonic() + 0.005))
 
 
 def finish_strace(ranks, tasks, message):

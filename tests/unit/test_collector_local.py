@@ -467,9 +467,14 @@ def test_deadline_is_kept_and_skipped_samples_are_named(job: dict) -> None:
             assert p["strace"]["status"] == "ok", p["strace"]
             assert 1.0 < p["strace"]["window_s"] < 2.0
             assert p["strace"]["message"].startswith("window shortened from 2.0 s")
-            # the second sample fell inside the window: read without suspending the rank
-            assert p["samples"][1].get("note") == "read with --nonblocking: strace attached"
-            assert p["samples"][0].get("note") is None
+            # strace is attached from the start: the first sample is read without suspending
+            # the rank; a later one too, or kept from an earlier one (a rank none of whose
+            # threads ran), or read with the suspend once the shortened window has ended
+            assert p["samples"][0]["note"] == "read with --nonblocking: strace attached"
+            for sample in p["samples"][1:]:
+                note = sample.get("note") or ""
+                assert note in ("", "read with --nonblocking: strace attached") or (
+                    note.startswith("same as sample")), note
 
 
 def test_nvidia_smi_field_fallback_and_compute_apps(tmp_path: Path) -> None:
@@ -910,3 +915,112 @@ def test_a_syscall_stop_of_our_own_strace_is_not_reported_as_stopped(monkeypatch
     # AND a rank that stays in a tracing stop is reported as it is
     monkeypatch.setattr(strace, "read_stat", lambda pid: {"state": "t"})
     assert strace._untraced_stat(1234, tries=3)["state"] == "t"
+
+
+# ---------------------------------------------------------------- a sample kept, not read again
+
+
+def test_a_rank_none_of_whose_threads_ran_keeps_its_sample(job: dict, collected: dict) -> None:
+    # GIVEN the collected job: rank 1 blocked in one sleep, ranks 0 and 2 waking every 50 ms
+    by_pid = {p["pid"]: p for p in collected["doc"]["processes"]}
+    blocked = by_pid[job["ranks"][1]]["samples"]
+    # THEN the blocked rank's last sample is one read before (the first, or the second when
+    # strace's attach, which wakes every thread, came after the first was read), with its
+    # own time and a fresh CPU reading
+    same = blocked[2].get("same_as")
+    assert same in (0, 1) and "same_as" not in blocked[same], [s.get("same_as") for s in blocked]
+    assert blocked[2]["threads"] == blocked[same]["threads"]
+    assert blocked[2]["t"] > blocked[1]["t"] and blocked[2]["usage"]["threads"]
+    assert blocked[2]["note"].startswith(f"same as sample {same + 1}: none of its threads ran")
+    # AND ranks whose threads ran are read every time
+    for rank in (0, 2):
+        assert [s.get("same_as") for s in by_pid[job["ranks"][rank]]["samples"]] == [None] * 3
+
+
+RUNNER = '''
+import faulthandler, os, sys, threading, time
+
+def started_by_a_thread():
+    time.sleep(3600)
+
+def starter(fd):
+    while os.read(fd, 1) != b"x":  # "y": wake, do nothing, block again
+        pass
+    threading.Thread(target=started_by_a_thread, daemon=True).start()
+    time.sleep(3600)
+
+def main():
+    r, w = os.pipe()
+    threading.Thread(target=starter, args=(r,), daemon=True).start()
+    if sys.argv[1] == "native":
+        # faulthandler's watchdog is a C thread without a Python thread state: py-spy never
+        # shows it, and it runs every 20 ms
+        faulthandler.dump_traceback_later(0.02, repeat=True, file=open(os.devnull, "w"))
+    print("ready", os.getpid(), w, flush=True)
+    time.sleep(3600)
+
+main()
+'''
+
+
+def _dump_threads(pid: int) -> list[dict]:
+    out = subprocess.run([PYSPY, "dump", "--json", "--nonblocking", "--pid", str(pid)],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return stacks.slim_threads(json.loads(out))
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_sample_is_kept_only_while_none_of_its_threads_ran(tmp_path: Path, native: bool) -> None:
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER)
+    proc = subprocess.Popen([sys.executable, str(script), "native" if native else "quiet"],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        words = proc.stdout.readline().split()
+        pid = int(words[1])
+        # GIVEN a process whose two Python threads are blocked, read as the collector does
+        time.sleep(0.3)
+        before = stacks.read_schedule(pid)
+        sample = {"threads": _dump_threads(pid)}
+        assert len(sample["threads"]) == 2
+        time.sleep(0.3)
+        # WHEN nothing of it ran since (or only faulthandler's C thread, 15 times)
+        now = stacks.read_schedule(pid)
+        assert before is not None and now is not None
+        if native:
+            assert any(before[t] != now[t] for t in now), "the C thread did not run"
+        # THEN the sample still holds
+        assert stacks.unchanged_sample(sample, before, now)
+        # WHEN one of its threads wakes (and blocks again, on the same line)
+        def wake(byte: bytes) -> None:
+            with open(f"/proc/{pid}/fd/{words[2]}", "wb", buffering=0) as pipe:
+                pipe.write(byte)
+            time.sleep(0.3)
+
+        wake(b"y")
+        # THEN it does not: its stack may have moved
+        assert not stacks.unchanged_sample(sample, before, stacks.read_schedule(pid))
+        # WHEN it wakes and starts a third thread THEN neither, and a new read shows the third
+        before = stacks.read_schedule(pid)
+        wake(b"x")
+        assert not stacks.unchanged_sample(sample, before, stacks.read_schedule(pid))
+        assert len(_dump_threads(pid)) == 3
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def test_a_thread_created_or_ended_since_means_a_new_read() -> None:
+    # GIVEN a sample of thread 7 and the schedules before and after: thread 7 did not run
+    sample = {"threads": [{"os_thread_id": 7, "frames": []}]}
+    before = {"7": ("3", "100"), "8": ("5", "900")}
+    # THEN a thread not in the sample may run (a native one: no Python frames to change)
+    assert stacks.unchanged_sample(sample, before, {"7": ("3", "100"), "8": ("9", "1200")})
+    # BUT a thread that appeared (or ended) meanwhile may be one py-spy would show now
+    assert not stacks.unchanged_sample(sample, before, {**before, "9": ("1", "10")})
+    assert not stacks.unchanged_sample(sample, before, {"7": ("3", "100")})
+    # AND a thread py-spy could not tie to an OS thread, or a sample without stacks, is read again
+    assert not stacks.unchanged_sample({"threads": [{"os_thread_id": None}]}, before, before)
+    assert not stacks.unchanged_sample({"threads": None}, before, before)
+    assert not stacks.unchanged_sample(sample, None, before)
