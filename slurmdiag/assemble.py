@@ -82,22 +82,25 @@ def _samples(raw: list[nd.Sample] | None) -> tuple[Sample, ...]:
                 else th
                 for th in threads
             )
-        counters = usage.get("io")
         samples.append(
             Sample(
                 t=float(item.get("t") or 0.0),
                 threads=threads,
                 error=error,
                 cpu_s=_float(usage.get("cpu_s")),
-                io=tuple(counters)
-                if isinstance(counters, list)
-                and len(counters) == 4
-                and all(isinstance(v, int) for v in counters)
-                else None,
+                io=_io_counters(usage.get("io")),
+                main_io=_io_counters(usage.get("main_io")),
                 groups=_group_locals(item.get("groups")),
             )
         )
     return tuple(samples)
+
+
+def _io_counters(raw: Any) -> tuple[int, ...] | None:
+    if isinstance(raw, list) and len(raw) == 4 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in raw):
+        return tuple(raw)
+    return None
 
 
 def _group_locals(raw: Any) -> tuple[tuple[int, str, str], ...]:

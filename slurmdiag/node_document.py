@@ -46,6 +46,7 @@ class Usage(TypedDict, total=False):
     cpu_s: float  # utime + stime of the process, seconds
     threads: dict[str, float]  # TID -> utime + stime, seconds
     io: list[int] | None  # [rchar, wchar, read_bytes, write_bytes] of /proc/PID/io
+    main_io: list[int] | None  # the same of the main thread, /proc/PID/task/PID/io
 
 
 class Sample(TypedDict, total=False):

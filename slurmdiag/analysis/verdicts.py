@@ -1047,17 +1047,22 @@ _OFF_NETWORK_WCHAN = ("pipe", "nfs", "rpc_", "io_schedule", "wait_on_page", "fol
 def _stuck_off_network(s: _Status) -> bool:
     """Blocked for the whole look outside any network wait: the same stack in every sample (two
     at least), no measured work (CPU, I/O), the kernel waiting on a pipe, a file system or a
-    disk (or state D). The job's sockets may carry traffic meanwhile (its other threads, the
-    store it hosts), but this rank makes no progress, and the others' collectives need it:
-    the traffic rule does not apply (found in `make accuracy`: pipe_write_full, rank 0 in
-    anon_pipe_write with 16-36 writev a rank in strace's 2 s, was called progressing). What
-    would make it lie: a rank writing to a slow consumer caught in the write in every sample;
-    its written bytes (wchar) advance, which is measured work: busy, not blocked."""
+    disk (or state D), and the main thread's read and written bytes still between its last two
+    samples. The job's sockets may carry traffic meanwhile (its other threads, the store it
+    hosts), but this rank makes no progress, and the others' collectives need it: the traffic
+    rule does not apply (found in `make accuracy`: pipe_write_full, rank 0 in anon_pipe_write
+    with 16-36 writev a rank in strace's 2 s, was called progressing). What made it lie: a rank
+    writing to a slow consumer (slow_metrics_consumer: ~80 KB/s, under the bar of measured
+    I/O work) caught in the write in every sample; its main thread's wchar advances, the pipe
+    drains: not stuck."""
     digest = s.digest
     if s.status != "blocked" or not digest.stationary or len(digest.stack_ids) < 2:
         return False  # "blocked" with two samples or more: no measured work (see _status)
     wchan = digest.proc.wchan or ""
-    return (digest.proc.state or "")[:1] == "D" or any(n in wchan for n in _OFF_NETWORK_WCHAN)
+    if not ((digest.proc.state or "")[:1] == "D" or any(n in wchan for n in _OFF_NETWORK_WCHAN)):
+        return False
+    counted = [s.main_io for s in digest.proc.samples if s.main_io is not None]
+    return len(counted) < 2 or counted[-1][:2] == counted[-2][:2]
 
 
 def _progressing_by_traffic(

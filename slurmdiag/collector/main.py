@@ -301,7 +301,7 @@ def sample_stacks(run):
             if k == 0 and overlap == "start" and run.ranks:
                 run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
                 if run.tracing[1]:
-                    wait_attached(run.ranks, time.monotonic() + ATTACH_WAIT_S)
+                    wait_attached(run.tracing[0], run.tracing[1], time.monotonic() + ATTACH_WAIT_S)
             began = time.monotonic()
             sample_round(run, first=k == 0)
             round_cost = max(round_cost * 0.5, time.monotonic() - began)

@@ -176,8 +176,8 @@ def _nearest(pid, by_pid, ranks):
 def read_usage(pid, stat):
     """CPU seconds of the process and of each of its threads, and its I/O counters, now.
 
-    {"cpu_s": total, "threads": {tid: cpu_s}, "io": [rchar, wchar, read_bytes, write_bytes]}
-    (io null when /proc/PID/io cannot be read). Read at each sample: the analysis measures
+    {"cpu_s": total, "threads": {tid: cpu_s}, "io": [rchar, wchar, read_bytes, write_bytes],
+    "main_io": the same of the main thread (/proc/PID/task/PID/io)} (null when unreadable). Read at each sample: the analysis measures
     progress from the differences between samples (utime+stime of /proc/PID/task/TID/stat).
     """
     tick = float(os.sysconf("SC_CLK_TCK"))
@@ -195,18 +195,28 @@ def read_usage(pid, stat):
             threads[tid] = round((int(fields[11]) + int(fields[12])) / tick, 2)
         except (IndexError, ValueError):
             continue
-    io = None
-    text = _read(f"/proc/{pid}/io", one_show=True)
-    if text:
-        values = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(":")
-            values[name.strip()] = value.strip()
-        try:
-            io = [int(values[k]) for k in ("rchar", "wchar", "read_bytes", "write_bytes")]
-        except (KeyError, ValueError):
-            io = None
-    return {"cpu_s": round(stat["ticks"] / tick, 2), "threads": threads, "io": io}
+    return {
+        "cpu_s": round(stat["ticks"] / tick, 2),
+        "threads": threads,
+        "io": _io_counters(f"/proc/{pid}/io"),
+        # the main thread's own: a rank blocked in a write whose pipe drains moves them
+        "main_io": _io_counters(f"/proc/{pid}/task/{pid}/io"),
+    }
+
+
+def _io_counters(path):
+    """[rchar, wchar, read_bytes, write_bytes] of a /proc io file, None if unreadable."""
+    text = _read(path, one_show=True)
+    if not text:
+        return None
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        values[name.strip()] = value.strip()
+    try:
+        return [int(values[k]) for k in ("rchar", "wchar", "read_bytes", "write_bytes")]
+    except (KeyError, ValueError):
+        return None
 
 
 def group_locals(threads, pid):

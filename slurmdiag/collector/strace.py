@@ -100,13 +100,14 @@ def _traced(pid):
     return True
 
 
-def wait_attached(ranks, until):
+def wait_attached(ranks, tasks, until):
     """Until strace holds every thread of ``ranks`` (or time ``until``): attaching wakes each
     thread once, and a rank whose threads then stay asleep keeps its first sample later on
-    (see unchanged_sample) only if that sample was read after the attach."""
-    pending = [e["pid"] for e in ranks]
+    (see unchanged_sample) only if that sample was read after the attach. A rank whose strace
+    ended (skipped, refused) is not waited for."""
+    pending = list(zip(ranks, tasks))
     while pending and time.monotonic() < until:
-        pending = [pid for pid in pending if not _traced(pid)]
+        pending = [(e, t) for e, t in pending if not t.done and not _traced(e["pid"])]
         if pending:
             pump_until(lambda: False, min(until, time.monotonic() + 0.005))
 

@@ -1024,3 +1024,35 @@ def test_a_thread_created_or_ended_since_means_a_new_read() -> None:
     assert not stacks.unchanged_sample({"threads": [{"os_thread_id": None}]}, before, before)
     assert not stacks.unchanged_sample({"threads": None}, before, before)
     assert not stacks.unchanged_sample(sample, None, before)
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not found")
+def test_the_first_round_waits_for_strace_only_where_it_attaches(tmp_path: Path) -> None:
+    # GIVEN a rank blocked in a sleep and a stopped one (strace does not attach to it)
+    script = tmp_path / "sleeper.py"
+    script.write_text("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(3600)\n")
+    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True) for _ in range(2)]
+    try:
+        pids = [int(p.stdout.readline()) for p in procs if p.stdout is not None]
+        os.kill(pids[1], signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while proc_state(pids[1]) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ranks = [{"pid": pid} for pid in pids]
+        errors: list[str] = []
+        traced, tasks, _ = strace.start_strace(ranks, STRACE, 1.0, tools.Clock(20.0), errors)
+        assert tasks is not None and tasks[1].done  # skipped: stopped
+        # WHEN the first round waits for the attach
+        began = time.monotonic()
+        strace.wait_attached(traced, tasks, began + 5.0)
+        # THEN strace holds every thread of the running one, and the stopped one cost no wait
+        assert time.monotonic() - began < 2.0
+        assert strace._traced(pids[0]) and tracer_pid(pids[0]) != 0
+        assert not strace._traced(pids[1])
+        strace.finish_strace(traced, tasks, None)
+        assert [r["strace"]["status"] for r in ranks] == ["ok", "skipped"]
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)

@@ -302,19 +302,22 @@ def test_read_usage_measures_this_process_threads_and_io() -> None:
     assert str(pid) in usage["threads"] and str(helper.native_id) in usage["threads"]
     assert usage["cpu_s"] >= usage["threads"][str(pid)] > 0
     assert len(usage["io"]) == 4 and usage["io"][0] > 0  # rchar: this test read files
+    # AND the main thread's own counters (it read the files)
+    assert len(usage["main_io"]) == 4 and usage["main_io"][0] > 0
 
 
 def test_assembled_sample_carries_thread_cpu_by_os_thread_id() -> None:
     raw = json.loads((FIXTURES / "pyspy_renamed_main_thread.json").read_text())
     (sample,) = _samples([{"t": 1.0, "threads": raw, "error": None,
                            "usage": {"cpu_s": 3.5, "threads": {"884": 2.25, "2335": 0.0},
-                                     "io": [1, 2, 3, 4]}}])
+                                     "io": [1, 2, 3, 4], "main_io": [1, 1, 0, 0]}}])
     assert [(t.name, t.cpu_s) for t in sample.threads] == [("QueueFeederThread", 0.0),
                                                            ("trainer", 2.25)]
-    assert (sample.cpu_s, sample.io) == (3.5, (1, 2, 3, 4))
+    assert (sample.cpu_s, sample.io, sample.main_io) == (3.5, (1, 2, 3, 4), (1, 1, 0, 0))
     # an old node document without usage still assembles
     (old,) = _samples([{"t": 1.0, "threads": raw, "error": None}])
-    assert old.cpu_s is None and old.io is None and old.threads[1].cpu_s is None
+    assert old.cpu_s is None and old.io is None and old.main_io is None
+    assert old.threads[1].cpu_s is None
 
 
 def test_merge_reports_measured_cpu_of_the_main_thread() -> None:
@@ -646,3 +649,36 @@ def test_a_rank_blocked_in_a_socket_receive_does_not_stop_the_traffic_rule() -> 
                          lambda r: replace(r, wchan="sk_wait_data") if r.rank == 0 else r)
     # THEN the traffic says progress, as before
     assert top(snapshot).kind == "progressing"
+
+
+def pipe_drains() -> Snapshot:
+    """slow_metrics_consumer with the defaults from `make accuracy` (real, a healthy job): rank
+    0 in anon_pipe_write at one line in all 3 samples, 2 % CPU, its process' bytes ~80 KB/s
+    (under the 1 MiB/s of measured I/O work), ranks 1-3 at the all_reduce line; the main
+    thread's wchar (`main_io`) advances ~75 KB a second. Before the main thread's counters were
+    read: a false alarm, "rank 0 is blocked in I/O"."""
+    return Snapshot.from_json(
+        (ACCURACY / "slow_metrics_consumer.default.pipe_drains.json").read_text())
+
+
+def test_a_pipe_write_that_drains_is_not_stuck_and_traffic_is_progress() -> None:
+    v = top(pipe_drains())
+    assert (v.kind, v.culprit_ranks) == ("progressing", ()), v
+
+
+def test_a_pipe_write_whose_main_thread_counters_stand_still_is_stuck() -> None:
+    # GIVEN the real hang read with the main thread's counters (they stay at 65,203 bytes)
+    v = top(Snapshot.from_json((ACCURACY / "pipe_write_full.default.main_io.json").read_text()))
+    # THEN rank 0 is the straggler, in its write
+    assert (v.kind, v.culprit_ranks) == ("straggler", (0,)), v
+    assert v.sites[0].endswith("pipe_write_full.py:40")
+    # AND so is the draining one once its main thread's counters stop between the last two
+    # samples (the consumer stopped reading)
+    def stopped(rank):  # type: ignore[no-untyped-def]
+        if rank.rank != 0:
+            return rank
+        last = rank.samples[-1]
+        return replace(rank, samples=(*rank.samples[:-1],
+                                      replace(last, main_io=rank.samples[-2].main_io)))
+
+    assert top(map_ranks(pipe_drains(), stopped)).culprit_ranks == (0,)
