@@ -41,7 +41,13 @@ from .stacks import (
     reuse_sample,
     unchanged_sample,
 )
-from .strace import _untraced_stat, finish_strace, start_strace, wait_attached
+from .strace import (
+    _untraced_stat,
+    finish_strace,
+    join_tracing,
+    start_strace,
+    wait_attached,
+)
 from .tools import (
     FINISH_RESERVE_S,
     Clock,
@@ -313,6 +319,12 @@ def sample_stacks(run):
                 run.ranks = [e for e in run.entries if e["role"] == "rank"]
                 run.rank_envs = {e["pid"]: run.procs[e["pid"]]["env"] for e in run.ranks}
                 request_flight_recorder(run)
+                if run.tracing is not None:  # strace from the start traced the script
+                    traced = {e["pid"] for e in run.tracing[0]}
+                    fresh = [e for e in run.ranks if e["pid"] not in traced]
+                    if fresh:
+                        run.tracing = join_tracing(
+                            run.tracing, start_strace(fresh, strace, strace_s, clock, errors))
             if k == 0 and overlap == "first" and run.ranks and run.tracing is None:
                 run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
         ranks = run.ranks

@@ -112,14 +112,34 @@ def wait_attached(ranks, tasks, until):
             pump_until(lambda: False, min(until, time.monotonic() + 0.005))
 
 
+def _finished(result):
+    """A task that is done at once with ``result``."""
+    return result
+    yield  # a generator: Task runs it
+
+
+def join_tracing(first, then):
+    """Two start_strace results as one (mp.spawn's ranks, found after strace started); the
+    message becomes one a rank, each rank's own."""
+    tasks = []  # type: list
+    messages = []  # type: list
+    for ranks, started, message in (first, then):
+        skipped = {"status": "skipped", "message": message, "window_s": 0.0, "text": ""}
+        tasks += started if started is not None else [Task(_finished(skipped)) for _ in ranks]
+        messages += message if isinstance(message, list) else [message] * len(ranks)
+    return first[0] + then[0], tasks, messages
+
+
 def finish_strace(ranks, tasks, message):
-    """Wait for start_strace's tasks; each rank's ``strace`` result."""
+    """Wait for start_strace's tasks; each rank's ``strace`` result. ``message``: what to say
+    of every rank's window, or a list of one a rank (join_tracing)."""
+    messages = message if isinstance(message, list) else [message] * len(ranks)
     if tasks is None:
-        for entry in ranks:
-            entry["strace"] = {"status": "skipped", "message": message, "window_s": 0.0, "text": ""}
+        for entry, said in zip(ranks, messages):
+            entry["strace"] = {"status": "skipped", "message": said, "window_s": 0.0, "text": ""}
         return
     pump_until(lambda: all(task.done for task in tasks))
-    for entry, task in zip(ranks, tasks):
+    for entry, task, said in zip(ranks, tasks, messages):
         result = task.result
         if isinstance(result, Exception) or result is None:
             result = {
@@ -128,6 +148,6 @@ def finish_strace(ranks, tasks, message):
                 "window_s": 0.0,
                 "text": "",
             }
-        if message and result["status"] == "ok":
-            result["message"] = message
+        if said and result["status"] == "ok":
+            result["message"] = said
         entry["strace"] = result

@@ -1060,3 +1060,62 @@ def test_the_first_round_waits_for_strace_only_where_it_attaches(tmp_path: Path)
         for proc in procs:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
+
+
+SPAWN_SCRIPT = '''
+import os, sys, time
+import torch.multiprocessing as mp
+
+
+def run(i, world_size):
+    rank = int(os.environ["RANK"]) * 2 + i
+    print("ready", os.getpid(), rank, world_size, flush=True)
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(4,), nprocs=2)
+'''
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not found")
+def test_ranks_torch_spawns_are_traced_though_strace_started_on_their_script(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    # GIVEN the srun task of node 1 (SLURM_PROCID 1) whose script spawns two ranks (real torch)
+    script = tmp_path / "spawner.py"
+    script.write_text(SPAWN_SCRIPT)
+    job = str(_JOB_BASE + 3)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           **rank_env(1, job=job), "WORLD_SIZE": "2"}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        spawned = sorted(int(proc.stdout.readline().split()[1]) for _ in range(2))
+        # WHEN the collector reads the node with strace from the start (the default)
+        doc, _, _, _ = run_collector({"job_id": job, "node": "nodeX", "samples": 2,
+                                      "interval": 0.5, "strace_s": 1.0, "deadline_s": 25.0,
+                                      "strace": [STRACE]})
+        ranks = {p["pid"]: p for p in doc["processes"] if p["role"] == "rank"}
+        # THEN the spawned processes are the ranks, and strace traced them, not only the script
+        assert sorted(ranks) == spawned, doc["processes"]
+        assert sorted(p["rank"] for p in ranks.values()) == [2, 3]
+        for rank in ranks.values():
+            assert rank["strace"]["status"] == "ok" and rank["strace"]["window_s"] >= 0.9, rank
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def test_joined_tracing_keeps_each_ranks_own_outcome() -> None:
+    # GIVEN strace skipped on the script (deadline) but started, shortened, on the ranks it
+    # spawned (found later), and on a third with the window it was asked for
+    first = ([{"pid": 1}], None, "skipped: deadline too close")
+    done = {"status": "ok", "message": None, "window_s": 1.0, "text": "% time"}
+    then = ([{"pid": 2}], [tools.Task(strace._finished(dict(done)))], "window shortened")
+    last = ([{"pid": 3}], [tools.Task(strace._finished(dict(done)))], None)
+    ranks, tasks, message = strace.join_tracing(strace.join_tracing(first, then), last)
+    strace.finish_strace(ranks, tasks, message)
+    # THEN each keeps its own outcome and what was said of it
+    assert [(r["strace"]["status"], r["strace"]["message"]) for r in ranks] == [
+        ("skipped", "skipped: deadline too close"), ("ok", "window shortened"), ("ok", None)]
