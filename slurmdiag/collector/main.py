@@ -4,9 +4,9 @@ Phases: find the job's processes (see discovery) -> rank identity from environ -
 ``py-spy dump --json`` (ranks in parallel; the TCP sockets read from netlink during the first
 round; a rank none of whose threads ran since its last dump keeps that sample) with ``strace -c``
 tracing the ranks from the start (the rounds read with --nonblocking: a blocking py-spy and
-strace cannot trace one process at once) -> GPUs and NICs (gathered on the side from the start). Nothing blocks past ``deadline_s``: phases shrink
-or are skipped and say so in "errors", and a SIGALRM just before the deadline emits whatever
-exists.
+strace cannot trace one process at once) -> GPUs and NICs (gathered on the side from the
+start). Nothing blocks past ``deadline_s``: phases shrink or are skipped and say so in
+"errors", and a SIGALRM just before the deadline emits whatever exists.
 """
 
 import _signal

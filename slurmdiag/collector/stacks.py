@@ -177,8 +177,9 @@ def read_usage(pid, stat):
     """CPU seconds of the process and of each of its threads, and its I/O counters, now.
 
     {"cpu_s": total, "threads": {tid: cpu_s}, "io": [rchar, wchar, read_bytes, write_bytes],
-    "main_io": the same of the main thread (/proc/PID/task/PID/io)} (null when unreadable). Read at each sample: the analysis measures
-    progress from the differences between samples (utime+stime of /proc/PID/task/TID/stat).
+    "main_io": the same of the main thread (/proc/PID/task/PID/io)} (null when unreadable).
+    Read at each sample: the analysis measures progress from the differences between samples
+    (utime+stime of /proc/PID/task/TID/stat).
     """
     tick = float(os.sysconf("SC_CLK_TCK"))
     threads = {}
