@@ -90,10 +90,15 @@ def _samples(raw: list[nd.Sample] | None) -> tuple[Sample, ...]:
                 cpu_s=_float(usage.get("cpu_s")),
                 io=_io_counters(usage.get("io")),
                 main_io=_io_counters(usage.get("main_io")),
+                same_as=_index(item.get("same_as")),
                 groups=_group_locals(item.get("groups")),
             )
         )
     return tuple(samples)
+
+
+def _index(raw: Any) -> int | None:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
 
 
 def _io_counters(raw: Any) -> tuple[int, ...] | None:

@@ -56,6 +56,9 @@ class Sample:
     cpu_s: float | None = None  # utime+stime of the whole process when sampled
     io: tuple[int, ...] | None = None  # (rchar, wchar, read_bytes, write_bytes) of /proc/PID/io
     main_io: tuple[int, ...] | None = None  # the same of the main thread (/proc/PID/task/PID/io)
+    # this sample is sample same_as (from 0) again: none of its threads ran since (the collector
+    # did not read it again); None for a sample py-spy read
+    same_as: int | None = None
     # (frame index in the main thread, local name, repr): the process-group locals of the
     # first round's py-spy --locals (collector's group_locals), () when not read
     groups: tuple[tuple[int, str, str], ...] = ()

@@ -1030,6 +1030,8 @@ def _rank_detail(ctx: _Context, rank: Rank) -> RankDetail:
     threads: tuple[ThreadView, ...] = ()
     if last is not None:
         note = f"last of {len(rank.samples)} samples (t={last.t:.2f}s)"
+        if last.same_as is not None:
+            note += f", the same as sample {last.same_as + 1}: none of its threads ran since"
         if last.error:
             note += f"; error: {last.error}"
         threads = tuple(_thread_view(ctx, thread) for thread in last.threads)

@@ -310,13 +310,19 @@ def test_assembled_sample_carries_thread_cpu_by_os_thread_id() -> None:
     raw = json.loads((FIXTURES / "pyspy_renamed_main_thread.json").read_text())
     (sample,) = _samples([{"t": 1.0, "threads": raw, "error": None,
                            "usage": {"cpu_s": 3.5, "threads": {"884": 2.25, "2335": 0.0},
-                                     "io": [1, 2, 3, 4], "main_io": [1, 1, 0, 0]}}])
+                                     "io": [1, 2, 3, 4], "main_io": [1, 1, 0, 0]},
+                           "same_as": 0}])
     assert [(t.name, t.cpu_s) for t in sample.threads] == [("QueueFeederThread", 0.0),
                                                            ("trainer", 2.25)]
     assert (sample.cpu_s, sample.io, sample.main_io) == (3.5, (1, 2, 3, 4), (1, 1, 0, 0))
+    assert sample.same_as == 0
+    # a kept sample's index that is not one (a bool, negative, text) is dropped
+    for odd in (True, -1, "0"):
+        (bad,) = _samples([{"t": 1.0, "threads": raw, "error": None, "same_as": odd}])
+        assert bad.same_as is None
     # an old node document without usage still assembles
     (old,) = _samples([{"t": 1.0, "threads": raw, "error": None}])
-    assert old.cpu_s is None and old.io is None and old.main_io is None
+    assert old.cpu_s is None and old.io is None and old.main_io is None and old.same_as is None
     assert old.threads[1].cpu_s is None
 
 

@@ -378,3 +378,20 @@ def test_a_node_section_says_what_the_collector_cost_the_node() -> None:
     # THEN its section says so, in milliseconds; a node without the figure shows no such fact
     page = render_html(snapshot, pinned(snapshot))
     assert page.count("collector CPU") == 1 and "12 ms" in page
+
+
+def test_a_rank_whose_last_sample_was_kept_says_so() -> None:
+    # GIVEN rank 0's last sample kept by the collector (none of its threads ran since sample 1)
+    snapshot = rank_gated_job(JobShape())
+    node = snapshot.nodes[0]
+    rank = node.ranks[0]
+    kept = dataclasses.replace(rank.samples[-1], same_as=0)
+    rank = dataclasses.replace(rank, samples=(*rank.samples[:-1], kept))
+    node = dataclasses.replace(node, ranks=(rank, *node.ranks[1:]))
+    snapshot = dataclasses.replace(snapshot, nodes=(node, *snapshot.nodes[1:]))
+    # WHEN the report is rendered THEN its detail says the sample is the first one again
+    html = render_html(snapshot, pinned(snapshot))
+    assert f"last of {len(rank.samples)} samples" in html
+    assert "the same as sample 1: none of its threads ran since" in html
+    # AND a rank whose samples were all read says nothing of the kind
+    assert html.count("none of its threads ran since") == 1
