@@ -130,11 +130,20 @@ def wait_for(condition, timeout: float, what: str):
 
 
 def start_attach(job: LightJob, out: Path, strace_s: float) -> subprocess.Popen:
-    """`slurmdiag attach` in the background: 3 samples 1 s apart, then strace."""
+    """`slurmdiag attach` in the background: 3 samples 1 s apart, strace alongside. Ctrl-C as
+    a terminal sends it: a suite started in the background of a shell without job control
+    inherits SIGINT ignored (and so would slurmdiag), so the child gets it back."""
     return subprocess.Popen(
-        [sys.executable, "-m", "slurmdiag.cli", "attach", job.job_id, "--samples", "3",
+        [sys.executable, "-c", CLI_WITH_CTRL_C, "attach", job.job_id, "--samples", "3",
          "--interval", "1", "--strace", str(strace_s), "--timeout", "40", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+# `python -m slurmdiag.cli`, with Ctrl-C's KeyboardInterrupt even where SIGINT came ignored
+CLI_WITH_CTRL_C = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'slurmdiag'; runpy.run_module('slurmdiag.cli', run_name='__main__')"
+)
 
 
 def wrapper(path: Path, body: str) -> str:
