@@ -51,11 +51,13 @@ class NetnsCluster:
         for proc in self.processes:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10  # for all of them: one slow slurmd each cost 10 s
         for proc in self.processes:
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait(timeout=10)
         # Job processes started by the slurmds live on in the namespaces: end them too.
         for name in self.nodes:
             pids = sh("ip", "netns", "pids", _netns(name), check=False).stdout.split()
