@@ -67,7 +67,7 @@ from slurmdiag.analysis.stacks import (
     merge_stacks,
 )
 from slurmdiag.hostlist import compress_hostlist
-from slurmdiag.snapshot import Frame, LogFinding, Sample, Snapshot, Verdict, WorkerProcess
+from slurmdiag.snapshot import Frame, LogFinding, Rank, Sample, Snapshot, Verdict, WorkerProcess
 from slurmdiag.vocabulary import HANG_KINDS, NodeStatus, VerdictKind, severity_rank
 
 __all__ = ["diagnose"]
@@ -535,6 +535,15 @@ def _group_evidence(statuses: list[_Status], limit: int = 8) -> list[str]:
     return lines
 
 
+def _still_for(p: Rank) -> float | None:
+    """Seconds from the sample the last one repeats to the last one: the collector kept it
+    because none of the threads it shows had been on a CPU since (their schedstat)."""
+    last = p.samples[-1] if p.samples else None
+    if last is None or last.same_as is None or last.same_as >= len(p.samples) - 1:
+        return None
+    return last.t - p.samples[last.same_as].t
+
+
 def _proc_evidence(s: _Status) -> str:
     p = s.digest.proc
     bits = [f"rank {s.rank} on {s.digest.node} pid {p.pid}"]
@@ -548,6 +557,9 @@ def _proc_evidence(s: _Status) -> str:
         n = len(s.digest.stack_ids)
         moved = "same stack" if s.digest.stationary else "stack moved"
         bits.append(f"{moved} in {n} sample{'s' if n != 1 else ''}")
+    still = _still_for(p)
+    if still is not None:
+        bits.append(f"none of its Python threads ran in the last {still:.1f} s")
     for worker in p.workers:
         if worker.state and worker.state[:1] in ("Z", "X", "D", "T"):
             bits.append(f"{worker.role} pid {worker.pid} state {worker.state}")

@@ -688,3 +688,21 @@ def test_a_pipe_write_whose_main_thread_counters_stand_still_is_stuck() -> None:
                                       replace(last, main_io=rank.samples[-2].main_io)))
 
     assert top(map_ranks(pipe_drains(), stopped)).culprit_ranks == (0,)
+
+
+def test_a_culprit_whose_last_sample_was_kept_says_none_of_its_threads_ran() -> None:
+    hang = Snapshot.from_json((ACCURACY / "pipe_write_full.default.main_io.json").read_text())
+
+    # GIVEN the real hang, rank 0's third sample kept by the collector as its second
+    def kept(rank):  # type: ignore[no-untyped-def]
+        if rank.rank != 0:
+            return rank
+        last = replace(rank.samples[-1], same_as=1)
+        return replace(rank, samples=(*rank.samples[:-1], last))
+
+    v = top(map_ranks(hang, kept))
+    # THEN its evidence says for how long nothing of it ran, from the two samples' times
+    (line,) = [e for e in v.evidence if e.startswith("rank 0 on ")]
+    assert line.endswith("none of its Python threads ran in the last 1.0 s"), line
+    # AND without a kept sample the line says nothing of the kind
+    assert not any("threads ran" in e for e in top(hang).evidence)
