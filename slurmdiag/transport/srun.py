@@ -59,6 +59,9 @@ def srun_argv(
         f"--nodelist={','.join(nodes)}",
         f"--job-name={step_name}",
         "--kill-on-bad-exit=0",
+        # not an MPI program: a site's MpiDefault (pmix, common on GPU clusters) would set up a
+        # PMIx server in each node's stepd for it
+        "--mpi=none",
         "--cpu-bind=none",
         *(command or node_command(job_id, options, portable=portable, source_in_env=True)),
     ]

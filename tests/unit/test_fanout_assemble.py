@@ -36,7 +36,7 @@ def test_srun_argv_is_one_overlapping_step_without_gpus():
     # THEN it is one srun step into the job, one task per node, not taking the job's GPUs
     assert argv[0] == "srun"
     for flag in ("--jobid=77", "--overlap", "--gres=gpu:0", "--nodes=3", "--ntasks-per-node=1",
-                 "--nodelist=n1,n2,n3", "--kill-on-bad-exit=0"):
+                 "--nodelist=n1,n2,n3", "--kill-on-bad-exit=0", "--mpi=none"):
         assert flag in argv
     # AND each task is the node command (nodes need no install), with the args last, and the
     # collector's source in the step's environment, not in argv (Python decodes argv at start)
