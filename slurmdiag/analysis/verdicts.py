@@ -1157,7 +1157,11 @@ def _hang_verdicts(
     n_moving = sum(1 for s in multi if not s.digest.settled)
     if movers or (multi and n_moving > len(multi) - n_moving):
         return [_progressing(merge, statuses, movers, layout)], False
-    traced = [(s, _traffic(s.digest)) for s in statuses]
+    # A peer wait's own calls (a store polled with a timeout: a request and a reply each time)
+    # are the wait, not collectives completing (found with store_poll: 70 calls in 2 s a rank
+    # called progressing). What would make this lie: ranks whose store wait returns and whose
+    # collectives run between samples; then their stacks, CPU or a peer's move instead.
+    traced = [(s, _traffic(s.digest)) for s in statuses if s.kind != "peer"]
     traced_known = [(s, n) for s, n in traced if n is not None]
     talking = [(s, n) for s, n in traced_known if n >= TRAFFIC_CALLS]
     if (talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing

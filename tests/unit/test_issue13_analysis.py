@@ -13,6 +13,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from snapfactory import collective, dataloader_wait, in_user, job, stack, thread
 
 from slurmdiag.analysis import diagnose
@@ -706,3 +707,15 @@ def test_a_culprit_whose_last_sample_was_kept_says_none_of_its_threads_ran() -> 
     assert line.endswith("none of its Python threads ran in the last 1.0 s"), line
     # AND without a kept sample the line says nothing of the kind
     assert not any("threads ran" in e for e in top(hang).evidence)
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_polling_a_store_is_the_wait_not_traffic_of_progress(mode: str) -> None:
+    # GIVEN store_poll (real): ranks 0, 1, 3 wait for a key 200 ms at a time, retrying, so
+    # strace counts ~70 send/receive calls each in its 2 s; rank 2 sleeps in its own poll loop
+    snapshot = Snapshot.from_json(
+        (ACCURACY / f"store_poll.{mode}.store_traffic.json").read_text())
+    # THEN the store's requests and replies are not collectives completing: rank 2 is the culprit
+    v = top(snapshot)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+    assert v.sites[0].endswith("store_poll.py:32")

@@ -1,0 +1,66 @@
+"""Scenario: ranks poll a TCPStore key with a short timeout; the rank that sets it never does.
+
+The same job as `store_wait`, written the way code that must stay responsive often is: ranks
+0, 1 and 3 wait for the key ``dataset_ready`` 200 ms at a time and retry on the timeout, so
+they wake five times a second (a sample can catch one runnable, or in the except branch).
+Rank 2 polls for an upstream marker file that never appears. Culprit: rank 2 only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import _harness as harness
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+INDEX_RANK = 2
+KEY = "dataset_ready"
+POLL = timedelta(milliseconds=200)
+
+
+def upstream_marker() -> Path:
+    return Path(os.environ.get("SLURMDIAG_SCENARIO_DIR", "/tmp")) / "upstream" / "_SUCCESS"
+
+
+def wait_for_upstream(marker: Path) -> None:  # CULPRIT
+    """Poll for the upstream job's success marker."""
+    while not marker.exists():
+        time.sleep(0.5)
+
+
+def wait_for_key(store: dist.Store) -> None:
+    """Wait for the key a short while at a time (a stop request could be checked between)."""
+    while True:
+        try:
+            store.wait([KEY], POLL)  # WAITING
+            return
+        except RuntimeError:  # DistStoreError: the wait timed out
+            continue
+
+
+def prepare_dataset(info: harness.RankInfo) -> None:
+    store = distributed_c10d._get_default_store()
+    if info.rank == INDEX_RANK:
+        harness.report_ready(info, "polling for the upstream marker", role="culprit")
+        wait_for_upstream(upstream_marker())
+        store.set(KEY, "1")
+    else:
+        harness.report_ready(info, f"store.wait for {KEY}, {POLL.total_seconds()} s at a time",
+                             role="waiting")
+        wait_for_key(store)
+
+
+def main() -> None:
+    info = harness.setup()
+    harness.init_distributed(info)
+    prepare_dataset(info)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
