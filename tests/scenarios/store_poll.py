@@ -3,33 +3,20 @@
 The same job as `store_wait`, written the way code that must stay responsive often is: ranks
 0, 1 and 3 wait for the key ``dataset_ready`` 200 ms at a time and retry on the timeout, so
 they wake five times a second (a sample can catch one runnable, or in the except branch).
-Rank 2 polls for an upstream marker file that never appears. Culprit: rank 2 only.
+Rank 2 polls for an upstream marker file that never appears (store_wait's own code).
+Culprit: rank 2 only.
 """
 
 from __future__ import annotations
 
-import os
-import time
 from datetime import timedelta
-from pathlib import Path
 
 import _harness as harness
 import torch.distributed as dist
+from store_wait import INDEX_RANK, KEY, upstream_marker, wait_for_upstream
 from torch.distributed import distributed_c10d
 
-INDEX_RANK = 2
-KEY = "dataset_ready"
 POLL = timedelta(milliseconds=200)
-
-
-def upstream_marker() -> Path:
-    return Path(os.environ.get("SLURMDIAG_SCENARIO_DIR", "/tmp")) / "upstream" / "_SUCCESS"
-
-
-def wait_for_upstream(marker: Path) -> None:  # CULPRIT
-    """Poll for the upstream job's success marker."""
-    while not marker.exists():
-        time.sleep(0.5)
 
 
 def wait_for_key(store: dist.Store) -> None:
