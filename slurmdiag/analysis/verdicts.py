@@ -1261,9 +1261,9 @@ def _is_peer_wait(s: _Status) -> bool:
 def _caught_awake(s: _Status) -> bool:
     """Blocked at a call from the job's own code (so under the CPU bar over the window, see
     _is_busy), yet runnable with no wait channel when read: a waiter whose poll timeout (or a
-    tool's ptrace stop) had just woken it. It joins a peer-wait group at its very stack (found in `make accuracy`:
-    store_wait --samples 1, rank 1 in state R at the store.wait of ranks 0 and 3 was blamed with
-    the real culprit). What would make it lie: a rank computing at that call that got under 2 %
+    tool's ptrace stop) had just woken it. It joins a peer-wait group at its very stack (found
+    in `make accuracy`: store_wait --samples 1, rank 1 in state R at the store.wait of ranks 0
+    and 3 was blamed with the real culprit). What would make it lie: a rank computing at that call that got under 2 %
     of a core over the window, the bar every one-sample rule shares."""
     proc = s.digest.proc
     return (

@@ -109,7 +109,7 @@ class Collection:
         self.window_start = {}  # type: dict
         self.fr_requests = {}  # type: dict
         self.sockets = {}  # type: dict
-        # pid -> its threads' schedule read just before its last py-spy dump (read_schedule)
+        # pid -> its threads' schedule read before its last py-spy dump (in its round) (read_schedule)
         self.schedules = {}  # type: dict
         self.tracing = None  # (ranks traced, their strace tasks, the window's message) once started
         self.side = None  # type: Task | None
@@ -344,20 +344,26 @@ def sample_round(run, first):
         traced = {e["pid"] for e, t in zip(run.tracing[0], run.tracing[1]) if not t.done}
     pyspy, native, clock = run.doc["tools"]["py-spy"], run.options["native"], run.clock
     # A process none of whose sampled threads ran since its last dump keeps that sample: py-spy
-    # would read the same stacks (see unchanged_sample), at ~15 ms of CPU a torch rank.
+    # would read the same stacks (see unchanged_sample), at ~15 ms of CPU a torch rank. The
+    # threads' schedule is read once a round, before any dump of it starts: for a process
+    # dumped now it is the one the next round compares with (read earlier than its dump, so
+    # any run in between shows as a change then).
     repeated = {}
-    for entry in [] if first else targets:
+    for entry in targets:
         pid, samples = entry["pid"], entry["samples"]
-        previous = samples[-1] if samples else None
-        if previous and unchanged_sample(previous, run.schedules.get(pid), read_schedule(pid)):
+        now = read_schedule(pid)
+        previous = samples[-1] if samples and not first else None
+        if previous and unchanged_sample(previous, run.schedules.get(pid), now):
             again = reuse_sample(pid, previous, previous.get("same_as", len(samples) - 1), clock)
             if again is not None:
                 repeated[pid] = again
+                continue
+        run.schedules[pid] = now
     dumped = [e for e in targets if e["pid"] not in repeated]
     results = iter(run_tasks(
         # the first round also reads the ranks' process groups (--locals)
         (dump_stack(pyspy, e["pid"], native, clock, e["pid"] in traced,
-                    first and e["role"] == "rank", run.schedules) for e in dumped),
+                    first and e["role"] == "rank") for e in dumped),
         run.options["concurrency"],
         (lambda: read_sockets(run)) if first else None,
     ))

@@ -256,7 +256,7 @@ def read_schedule(pid):
 
 def unchanged_sample(sample, before, now):
     """Does ``sample`` still hold? True when no thread it shows has been on a CPU since
-    ``before`` (the threads' schedule read just before its dump) and no thread was created or
+    ``before`` (the threads' schedule read before its dump) and no thread was created or
     ended since: a thread that did not run cannot have changed its Python stack, whether it
     holds the GIL, or its wait. What it cannot see: a native thread (never in a sample) that ran
     and entered Python meanwhile (PyGILState_Ensure) is missing from a sample reused; a thread
@@ -289,11 +289,10 @@ def reuse_sample(pid, previous, index, clock):
     }
 
 
-def dump_stack(pyspy, pid, native, clock, traced=False, groups=False, schedules=None):
+def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
     """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly).
     ``traced``: strace is attached to it, so py-spy cannot suspend it: read with --nonblocking.
-    ``groups``: read with --locals and keep only the process-group ones (group_locals).
-    ``schedules``: gets ``pid``'s threads' schedule, read just before py-spy starts."""
+    ``groups``: read with --locals and keep only the process-group ones (group_locals)."""
     t = round(time.time() - clock.started, 3)
     stat = read_stat(pid)
     if stat is None:
@@ -320,8 +319,6 @@ def dump_stack(pyspy, pid, native, clock, traced=False, groups=False, schedules=
     if groups:
         argv.append("--locals")
     usage = read_usage(pid, stat)
-    if schedules is not None:
-        schedules[pid] = read_schedule(pid)
     rc, out, err, timeout_note = yield from tool_run(argv, timeout)
     if rc == 0:
         try:

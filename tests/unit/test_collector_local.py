@@ -1119,3 +1119,21 @@ def test_joined_tracing_keeps_each_ranks_own_outcome() -> None:
     # THEN each keeps its own outcome and what was said of it
     assert [(r["strace"]["status"], r["strace"]["message"]) for r in ranks] == [
         ("skipped", "skipped: deadline too close"), ("ok", "window shortened"), ("ok", None)]
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace not found")
+def test_strace_after_the_first_round_keeps_one_suspended_sample(job: dict) -> None:
+    # GIVEN the collector's other choice (bench/README.md measures both): strace from the end
+    # of the first round, which is read with the rank suspended
+    doc, _, _, _ = run_collector({"job_id": JOB, "node": "nodeX", "samples": 3, "interval": 0.5,
+                                  "strace_s": 1.0, "strace": [STRACE], "deadline_s": 25.0,
+                                  "strace_overlap": "first"})
+    for rank in (p for p in doc["processes"] if p["role"] == "rank"):
+        samples = rank["samples"]
+        # THEN the first sample was read with the suspend, the later ones without it (or kept)
+        assert "note" not in samples[0] and samples[0]["threads"], samples[0]
+        for sample in samples[1:]:
+            assert sample["note"] == "read with --nonblocking: strace attached" or (
+                sample["note"].startswith("same as sample")), sample["note"]
+        # AND strace traced every rank for its whole window
+        assert rank["strace"]["status"] == "ok" and rank["strace"]["window_s"] >= 0.9
