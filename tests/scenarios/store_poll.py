@@ -29,9 +29,9 @@ def wait_for_key(store: dist.Store) -> None:
             continue
 
 
-def prepare_dataset(info: harness.RankInfo) -> None:
+def prepare_dataset(info: harness.RankInfo, index_rank: int = INDEX_RANK) -> None:
     store = distributed_c10d._get_default_store()
-    if info.rank == INDEX_RANK:
+    if info.rank == index_rank:
         harness.report_ready(info, "polling for the upstream marker", role="culprit")
         wait_for_upstream(upstream_marker())
         store.set(KEY, "1")
