@@ -1159,8 +1159,12 @@ def _hang_verdicts(
         return [_progressing(merge, statuses, movers, layout)], False
     # A peer wait's own calls (a store polled with a timeout: a request and a reply each time)
     # are the wait, not collectives completing (found with store_poll: 70 calls in 2 s a rank
-    # called progressing). What would make this lie: ranks whose store wait returns and whose
-    # collectives run between samples; then their stacks, CPU or a peer's move instead.
+    # called progressing). Ranks whose store wait paces healthy steps (store_paced_steps): the
+    # rank that sets the key moves data and counts. What makes it lie (store_poll_host, a
+    # known miss): the store's host is the culprit and serves the pollers with recv/send
+    # calls (torch's first store server; the libuv one reads and writes): its serving counts
+    # as collectives. strace -c cannot tell the two apart; the connections can (which one
+    # carried data in the window: tcp_info's last data sent/received, the store's port).
     traced = [(s, _traffic(s.digest)) for s in statuses if s.kind != "peer"]
     traced_known = [(s, n) for s, n in traced if n is not None]
     talking = [(s, n) for s, n in traced_known if n >= TRAFFIC_CALLS]
