@@ -35,6 +35,8 @@ from slurmdiag.snapshot import (
     NicState,
     Node,
     Rank,
+    RecentConnection,
+    RecentTraffic,
     Sample,
     StraceSummary,
     WorkerProcess,
@@ -136,6 +138,26 @@ def _strace(raw: nd.Strace | None) -> StraceSummary | None:
     )
 
 
+def _recent_traffic(raw: nd.RecentTraffic | None) -> RecentTraffic | None:
+    within = _int(raw.get("within_ms")) if isinstance(raw, dict) else None
+    if raw is None or within is None:
+        return None
+    return RecentTraffic(
+        within_ms=within,
+        checked=_int(raw.get("checked")) or 0,
+        active=tuple(
+            RecentConnection(
+                local=str(c.get("local")),
+                remote=str(c.get("remote")),
+                last_sent_ms=_int(c.get("last_sent_ms")) or 0,
+                last_received_ms=_int(c.get("last_received_ms")) or 0,
+            )
+            for c in raw.get("active") or ()
+            if isinstance(c, dict)
+        ),
+    )
+
+
 def _connections(raw: list[nd.Connection] | None) -> tuple[Connection, ...]:
     return tuple(
         Connection(
@@ -166,6 +188,7 @@ def _rank(proc: nd.Process, workers: list[WorkerProcess]) -> Rank:
         samples=_samples(proc.get("samples")),
         strace=_strace(proc.get("strace")),
         connections=_connections(proc.get("connections")),
+        recent_traffic=_recent_traffic(proc.get("recent_traffic")),
         workers=tuple(workers),
         errors=tuple(proc.get("errors") or ()),
     )

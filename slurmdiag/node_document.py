@@ -75,6 +75,19 @@ class Connection(TypedDict, total=False):
     rx_queue: int
 
 
+class RecentConnection(TypedDict, total=False):
+    local: str
+    remote: str
+    last_sent_ms: int  # ms since it last sent data, when read (tcp_info)
+    last_received_ms: int
+
+
+class RecentTraffic(TypedDict, total=False):
+    within_ms: int  # the strace window and a slack: data newer than this counts
+    checked: int  # established connections looked up
+    active: list[RecentConnection]  # those that carried data within_ms, newest first
+
+
 class FlightRecorder(TypedDict, total=False):
     status: str  # ok | error | refused | timeout | not_hooked
     message: str | None
@@ -106,6 +119,7 @@ class Process(TypedDict, total=False):
     samples: list[Sample]
     strace: Strace | None
     connections: list[Connection]
+    recent_traffic: RecentTraffic
     flight_recorder: FlightRecorder
     errors: list[str]
 

@@ -105,6 +105,28 @@ class WorkerProcess:
 
 
 @dataclass(frozen=True)
+class RecentConnection:
+    """A connection of a rank that carried data during the strace window (tcp_info, read when
+    strace stopped): milliseconds since it last sent and last received data."""
+
+    local: str
+    remote: str
+    last_sent_ms: int
+    last_received_ms: int
+
+
+@dataclass(frozen=True)
+class RecentTraffic:
+    """Which of a rank's established connections carried data in the last ``within_ms`` (the
+    strace window and a slack): ``checked`` were looked up, ``active`` did (newest first, at
+    most 64). Absent when not read (no strace, sockets not read from netlink)."""
+
+    within_ms: int
+    checked: int
+    active: tuple[RecentConnection, ...] = ()
+
+
+@dataclass(frozen=True)
 class Rank:
     rank: int | None
     pid: int
@@ -122,6 +144,7 @@ class Rank:
     samples: tuple[Sample, ...] = ()
     strace: StraceSummary | None = None
     connections: tuple[Connection, ...] = ()
+    recent_traffic: RecentTraffic | None = None
     workers: tuple[WorkerProcess, ...] = ()
     errors: tuple[str, ...] = ()
 

@@ -1052,6 +1052,46 @@ def _traffic(digest: RankDigest) -> int | None:
     )
 
 
+def _port(endpoint: str) -> str:
+    return endpoint.rpartition(":")[2]
+
+
+def _store_ports(ranks: list[Rank]) -> frozenset[str]:
+    """The port of the job's store: MASTER_PORT where the ranks' environment has it, else the
+    port one rank listens on that every rank, its own included, holds a connection to (a job
+    may set MASTER_PORT in Python, after its environment was read; gloo's listeners are
+    connected by the other ranks only). Empty when neither says (connections not listed, a
+    rank's over the 300 listed)."""
+    named = {r.env["MASTER_PORT"] for r in ranks if r.env.get("MASTER_PORT")}
+    if named:
+        return frozenset(named)
+    listening = {_port(c.local) for r in ranks for c in r.connections if c.state == "LISTEN"}
+    common: set[str] | None = None
+    for r in ranks:
+        if r.connections:
+            remote = {_port(c.remote) for c in r.connections if c.state == "ESTABLISHED"}
+            common = remote if common is None else common & remote
+    return frozenset((common or set()) & listening) if len(ranks) > 1 else frozenset()
+
+
+def _collective_traffic(digest: RankDigest, store: frozenset[str]) -> bool | None:
+    """Whether a connection other than the job's store's (``store``: its ports, either end)
+    carried data during the strace window; None when the connections were not looked up then
+    (no strace, sockets not read from netlink, an older snapshot). strace -c counts a rank's
+    sends and receives on any socket: a store's host answering ranks that poll it is counted as
+    much as collectives completing (found with store_poll_host, a hang called progressing).
+    What would make this lie: a job that moves its data through the store itself, or polls a
+    second store of its own (its host's serving counts again); with the store's port unknown,
+    every connection counts, as before.
+    """
+    recent = digest.proc.recent_traffic
+    if recent is None or not recent.checked:
+        return None
+    return any(
+        _port(c.local) not in store and _port(c.remote) not in store for c in recent.active
+    )
+
+
 # Kernel waits outside the network: a pipe, a network or local file system, a disk.
 _OFF_NETWORK_WCHAN = ("pipe", "nfs", "rpc_", "io_schedule", "wait_on_page", "folio_wait")
 
@@ -1077,6 +1117,14 @@ def _stuck_off_network(s: _Status) -> bool:
     return len(counted) < 2 or counted[-1][:2] == counted[-2][:2]
 
 
+def _moved_on(digest: RankDigest) -> str:
+    """", data on N of its M connections meanwhile" when the connections were looked up."""
+    recent = digest.proc.recent_traffic
+    if recent is None or not recent.checked:
+        return ""
+    return f", data on {len(recent.active)} of its {recent.checked} connections meanwhile"
+
+
 def _progressing_by_traffic(
     statuses: list[_Status], talking: list[tuple[_Status, int]], traced: int
 ) -> Verdict:
@@ -1084,6 +1132,7 @@ def _progressing_by_traffic(
     evidence = [
         f"rank {s.rank}: {n} send/receive calls in "
         f"{s.digest.proc.strace.window_s if s.digest.proc.strace else 0:.1f} s of strace"
+        + _moved_on(s.digest)
         for s, n in talking[:4]
     ]
     evidence.append(
@@ -1160,14 +1209,16 @@ def _hang_verdicts(
     # A peer wait's own calls (a store polled with a timeout: a request and a reply each time)
     # are the wait, not collectives completing (found with store_poll: 70 calls in 2 s a rank
     # called progressing). Ranks whose store wait paces healthy steps (store_paced_steps): the
-    # rank that sets the key moves data and counts. What makes it lie (store_poll_host, a
-    # known miss): the store's host is the culprit and serves the pollers with recv/send
-    # calls (torch's first store server; the libuv one reads and writes): its serving counts
-    # as collectives. strace -c cannot tell the two apart; the connections can (which one
-    # carried data in the window: tcp_info's last data sent/received, the store's port).
+    # rank that sets the key moves data and counts. What made it lie (store_poll_host): the
+    # store's host is the culprit and serves the pollers with recv/send calls (torch's first
+    # store server; the libuv one reads and writes): its serving counted as collectives.
+    # strace -c cannot tell the two apart; the connections can: which ones carried data in
+    # the window (_collective_traffic).
     traced = [(s, _traffic(s.digest)) for s in statuses if s.kind != "peer"]
     traced_known = [(s, n) for s, n in traced if n is not None]
-    talking = [(s, n) for s, n in traced_known if n >= TRAFFIC_CALLS]
+    store = _store_ports([s.digest.proc for s in statuses])
+    talking = [(s, n) for s, n in traced_known
+               if n >= TRAFFIC_CALLS and _collective_traffic(s.digest, store) is not False]
     if (talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing
             and not any(_stuck_off_network(s) for s in statuses)):
         # The stacks look the same in every sample (the samples all landed in the same phase),

@@ -32,7 +32,7 @@ from .gpus import collect_gpus
 from .nics import collect_nics
 from .options import ArgsError, read_options
 from .procfs import _read, allowed_env, read_stat
-from .sockets import connection_list, tcp_sockets
+from .sockets import _endpoint, connection_list, data_activity, tcp_sockets
 from .stacks import (
     _in_dataloader_loop,
     adopt_spawned_ranks,
@@ -132,6 +132,7 @@ def collect(options, clock, doc, status):
     _enter_phase(status, "strace")
     if run.tracing is not None:
         finish_strace(*run.tracing)
+        read_recent_traffic(run)
     if options["flight_recorder"] and run.ranks:
         _enter_phase(status, "flight recorder")
         fr_collect(run.fr_requests, {e["pid"]: e for e in run.ranks}, run.rank_envs, clock,
@@ -266,8 +267,9 @@ def request_flight_recorder(run):
 def read_sockets(run):
     """The TCP sockets of every process: mp.spawn's children become ranks only after round one."""
     try:
+        run.sockets["ids"] = {}
         run.sockets["by_pid"], run.doc["sockets_read_with"] = tcp_sockets(
-            [e["pid"] for e in run.entries])
+            [e["pid"] for e in run.entries], run.sockets["ids"])
     except Exception as exc:  # noqa: BLE001 - sockets must not cost the stacks
         run.sockets["by_pid"] = {}
         run.errors.append(f"sockets not read: collector bug: {exc!r}")
@@ -420,6 +422,44 @@ def finish_side_work(run):
         "ib_ports": [],
         "message": "not collected before the deadline",
     }
+
+
+# Data a connection carried up to this long before the strace window's end still counts as in
+# it: the connections are read just after strace stops.
+RECENT_SLACK_MS = 500
+MAX_RECENT = 64
+
+
+def read_recent_traffic(run):
+    """Which connections of each rank strace traced carried data during its window: the rank's
+    established sockets (those read from netlink) looked up again with their tcp_info once
+    strace has stopped. strace counts a rank's sends and receives, not which connection they
+    were on: a store's host serving its pollers and a rank whose collectives complete look the
+    same to it (docs/node-document.md, ``recent_traffic``)."""
+    ids = run.sockets.get("ids") or {}
+    traced = [e for e in run.ranks
+              if (e.get("strace") or {}).get("status") == "ok" and e["pid"] in ids]
+    if not traced:
+        return
+    try:
+        activity = data_activity({key for e in traced for key in ids[e["pid"]]})
+    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
+        run.errors.append(f"recent traffic not read: {exc}")
+        return
+    for entry in traced:
+        within = int(entry["strace"]["window_s"] * 1000) + RECENT_SLACK_MS
+        mine = [activity[key] for key in ids[entry["pid"]] if key in activity]
+        recent = sorted((min(sent, received), sock, sent, received)
+                        for sock, sent, received in mine if min(sent, received) <= within)
+        entry["recent_traffic"] = {
+            "within_ms": within,
+            "checked": len(mine),
+            "active": [
+                {"local": _endpoint(sock[0], sock[1]), "remote": _endpoint(sock[2], sock[3]),
+                 "last_sent_ms": sent, "last_received_ms": received}
+                for _, sock, sent, received in recent[:MAX_RECENT]
+            ],
+        }
 
 
 def attach_connections(run):

@@ -37,7 +37,13 @@ def _netlink_messages(sock, what, lead=None):
 def _dump_request(kind, body):
     """A netlink dump request: nlmsghdr (length, type, flags NLM_F_REQUEST | NLM_F_DUMP,
     sequence, port id), then ``body``."""
-    return _u(16 + len(body), 4) + _u(kind, 2) + _u(0x301, 2) + _u(1, 4) + _u(0, 4) + body
+    return _request(kind, body, 0x301, 1)
+
+
+def _request(kind, body, flags, seq):
+    """A netlink message to the kernel: nlmsghdr (length, type, flags, sequence, port id 0),
+    then ``body``."""
+    return _u(16 + len(body), 4) + _u(kind, 2) + _u(flags, 2) + _u(seq, 4) + _u(0, 4) + body
 
 
 def _attributes(msg, offset):

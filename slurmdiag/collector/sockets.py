@@ -3,7 +3,7 @@
 import posix as os
 import sys
 
-from .netlink import _dump_request, _int, _netlink_messages, _u
+from .netlink import _attributes, _dump_request, _int, _netlink_messages, _request, _u
 from .procfs import _read
 
 TCP_STATES = {
@@ -121,13 +121,14 @@ def _netns(pid):
         return None
 
 
-def sock_diag_tcp(family, wanted):
+def sock_diag_tcp(family, wanted, ids=None):
     """{inode: (local_ip, local_port, remote_ip, remote_port, state, tx_queue, rx_queue)} of the
     TCP sockets of ``family`` (AF_INET or AF_INET6) in our own network namespace whose inode is
     in ``wanted``, from one NETLINK_SOCK_DIAG dump (what ``ss`` reads), filtered by state in the
     kernel and by inode here: no text table is written or parsed. OSError if the kernel refuses.
 
     The queues mean what /proc/net/tcp's do: for a listening socket rx is the accept queue.
+    ``ids`` (a dict) gets {inode: key} of the ESTABLISHED ones, for data_activity.
     """
     import _socket
 
@@ -136,27 +137,40 @@ def sock_diag_tcp(family, wanted):
         # inet_diag_req_v2: family, protocol, no extensions, pad, states, a zero (any) sockid
         body = bytes([family, IPPROTO_TCP, 0, 0]) + _u(TCP_STATES_WITH_INODE, 4) + bytes(48)
         sock.send(_dump_request(SOCK_DIAG_BY_FAMILY, body))
-        return read_tcp_dump(sock, wanted, family == _socket.AF_INET)
+        return read_tcp_dump(sock, wanted, family == _socket.AF_INET, ids)
     finally:
         sock.close()
 
 
-def read_tcp_dump(sock, wanted, ipv4):
-    """sock_diag_tcp's table from the dump answering on ``sock``."""
+def read_tcp_dump(sock, wanted, ipv4, ids=None):
+    """sock_diag_tcp's table from the dump answering on ``sock``; ``ids`` (a dict) gets the
+    lookup key of every ESTABLISHED socket found (see socket_key)."""
     import _struct
 
     word = _struct.Struct("=I")
     found = {}  # type: dict
-    alike = lambda data: _uniform_run(data, wanted, found, ipv4)
+    alike = lambda data: _uniform_run(data, wanted, found, ipv4, ids)
     for kind, data, offset, length in _netlink_messages(sock, "sock_diag", alike):
         if (kind == SOCK_DIAG_BY_FAMILY and length >= 16 + DIAG_MSG_LEN
                 and word.unpack_from(data, offset + 84)[0] in wanted):
             msg = data[offset + 16 : offset + 16 + DIAG_MSG_LEN]
             found[_int(msg[68:72])] = _diag_socket(msg, ipv4)
+            _keep_key(msg, ids)
     return found
 
 
-def _uniform_run(data, wanted, found, ipv4):
+def socket_key(msg):
+    """What finds one socket again (data_activity): its family byte and inet_diag_sockid (ports,
+    addresses, interface, cookie) as its inet_diag_msg ``msg`` gives them."""
+    return bytes(msg[0:1]) + bytes(msg[4:52])
+
+
+def _keep_key(msg, ids):
+    if ids is not None and msg[1] == 1:  # ESTABLISHED: the only state whose data can move
+        ids[_int(msg[68:72])] = socket_key(msg)
+
+
+def _uniform_run(data, wanted, found, ipv4, ids=None):
     """A buffer of answers all alike (SOCK_DIAG_BY_FAMILY, one length): their inodes read as one
     strided column and matched as a set, the matches decoded into ``found``. The offset after
     them, or 0 when the buffer is not such a run (bench/README.md: 4,200 answers a node)."""
@@ -179,6 +193,7 @@ def _uniform_run(data, wanted, found, ipv4):
         for inode in hits:
             start = where[inode] * length + 16
             found[inode] = _diag_socket(data[start : start + DIAG_MSG_LEN], ipv4)
+            _keep_key(data[start : start + DIAG_MSG_LEN], ids)
     return count * length
 
 
@@ -207,14 +222,15 @@ def _proc_net_tcp(pid, wanted):
     return found
 
 
-def tcp_sockets(pids):
+def tcp_sockets(pids, ids=None):
     """({pid: [socket tuple, ...] or None when its fds cannot be read}, how they were read).
 
     Each process's socket inodes come from /proc/PID/fd. The sockets themselves: in our own
     network namespace one sock_diag dump per address family for all the processes at once; a
     process in another namespace (or anywhere, when netlink is refused) from its
     /proc/PID/net/tcp{,6}, read once per namespace. ``how`` is "netlink", "proc" or both, with
-    netlink's error when it was refused.
+    netlink's error when it was refused. ``ids`` (a dict) gets {pid: [key, ...]}: the lookup
+    keys (socket_key) of the process's ESTABLISHED sockets read from netlink.
     """
     import _socket
 
@@ -224,12 +240,13 @@ def tcp_sockets(pids):
         if found:
             namespaces.setdefault(_netns(pid), (pid, set()))[1].update(found)
     own, table, how, refused = _netns("self"), {}, [], None
+    keys = {}  # type: dict  # inode -> socket_key, of the ESTABLISHED sockets read from netlink
     for netns, (pid, wanted) in namespaces.items():
         got = None
         if netns is not None and netns == own and refused is None:
             try:
-                got = sock_diag_tcp(_socket.AF_INET, wanted)
-                got.update(sock_diag_tcp(_socket.AF_INET6, wanted))
+                got = sock_diag_tcp(_socket.AF_INET, wanted, keys)
+                got.update(sock_diag_tcp(_socket.AF_INET6, wanted, keys))
                 how.append("netlink")
             except OSError as exc:
                 refused, got = f"netlink refused ({exc})", None
@@ -241,7 +258,75 @@ def tcp_sockets(pids):
     out = {}
     for pid, found in inodes.items():
         out[pid] = None if found is None else [table[inode] for inode in found if inode in table]
+        if ids is not None and found is not None:
+            ids[pid] = [keys[inode] for inode in found if inode in keys]
     return out, ", ".join(dict.fromkeys(how)) or None
+
+
+INET_DIAG_INFO = 2
+# struct tcp_info: tcpi_last_data_sent and tcpi_last_data_recv (u32, ms since data last went out
+# and came in; ACKs and keepalive probes carry no data), in every kernel's tcp_info
+LAST_DATA_SENT, LAST_DATA_RECV = 44, 52
+# Lookups sent before their answers are read: each answer is ~330 bytes, the batch well inside
+# a netlink socket's default receive buffer (~200 KB).
+LOOKUP_BATCH = 128
+
+
+def data_activity(keys):
+    """{key: (socket tuple, ms since data last sent, ms since data last received)} of the sockets
+    ``keys`` names (socket_key), each looked up on its own with its tcp_info (sock_diag without
+    the dump flag: the kernel finds the socket by its ports, addresses, interface and cookie;
+    no walk of the namespace's table). A socket closed meanwhile is left out. OSError if the
+    kernel refuses."""
+    import _socket
+
+    keys = list(keys)
+    found = {}  # type: dict
+    sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+    # The kernel answers each request while sending it: a missing answer is a bug, not a wait.
+    sock.settimeout(0.5)
+    try:
+        for start in range(0, len(keys), LOOKUP_BATCH):
+            batch = keys[start : start + LOOKUP_BATCH]
+            for seq, key in enumerate(batch):
+                # inet_diag_req_v2: family, protocol, tcp_info, pad, any state, the sockid
+                body = bytes([key[0], IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0]) + _u(
+                    0xFFFFFFFF, 4) + key[1:]
+                sock.send(_request(SOCK_DIAG_BY_FAMILY, body, 1, seq))  # NLM_F_REQUEST
+            _read_lookups(sock, batch, found)
+    finally:
+        sock.close()
+    return found
+
+
+def _read_lookups(sock, batch, found):
+    """The answers to one batch of lookups into ``found``; the others (an error: the socket is
+    gone) are skipped."""
+    import _socket
+
+    answered = 0
+    while answered < len(batch):
+        try:
+            data = sock.recv(1 << 17)
+        except (_socket.timeout, BlockingIOError):
+            return
+        offset = 0
+        while offset + 16 <= len(data):
+            length, kind = _int(data[offset : offset + 4]), _int(data[offset + 4 : offset + 6])
+            seq = _int(data[offset + 8 : offset + 12])
+            if length < 16:
+                return
+            answered += 1
+            if kind == SOCK_DIAG_BY_FAMILY and length >= 16 + DIAG_MSG_LEN and seq < len(batch):
+                msg = data[offset + 16 : offset + length]
+                info = _attributes(msg, DIAG_MSG_LEN).get(INET_DIAG_INFO) or b""
+                if len(info) >= LAST_DATA_RECV + 4:
+                    found[batch[seq]] = (
+                        _diag_socket(msg[:DIAG_MSG_LEN], msg[0] == _socket.AF_INET),
+                        _int(info[LAST_DATA_SENT : LAST_DATA_SENT + 4]),
+                        _int(info[LAST_DATA_RECV : LAST_DATA_RECV + 4]),
+                    )
+            offset += (length + 3) & ~3
 
 
 def connection_list(sockets, addr_to_if):

@@ -335,6 +335,25 @@ def test_tcp_connections_of_a_rank_with_their_interface(job: dict, collected: di
     assert by_pid[job["ranks"][1]]["connections"] == []
 
 
+@pytest.mark.skipif(STRACE is None, reason="strace not found")
+def test_connections_are_looked_up_again_when_strace_stops(job: dict, collected: dict) -> None:
+    by_pid = {p["pid"]: p for p in collected["doc"]["processes"]}
+    for rank in (0, 1, 2):
+        process = by_pid[job["ranks"][rank]]
+        # every traced rank's established connections are looked up with their tcp_info
+        recent = process["recent_traffic"]
+        window_ms = int(process["strace"]["window_s"] * 1000)
+        assert recent["within_ms"] == window_ms + 500
+        # rank 2 holds both ends of one connection (its listener is not looked up); the
+        # others none
+        assert recent["checked"] == (2 if rank == 2 else 0)
+        # only those that sent or received within the window are listed, with both times
+        for conn in recent["active"]:
+            assert set(conn) == {"local", "remote", "last_sent_ms", "last_received_ms"}
+            assert min(conn["last_sent_ms"], conn["last_received_ms"]) <= recent["within_ms"]
+            assert f"127.0.0.1:{job['port']}" in (conn["local"], conn["remote"])
+
+
 def test_decoys_are_never_inspected(job: dict, collected: dict) -> None:
     pids = {p["pid"] for p in collected["doc"]["processes"]}
     assert not pids & set(job["decoys"])

@@ -121,7 +121,7 @@ def test_netlink_refused_falls_back_to_the_text_table(
     # GIVEN a kernel (or seccomp profile) that refuses NETLINK_SOCK_DIAG
     real = sockets.sock_diag_tcp(socket.AF_INET, {_inode(live_sockets[socket.AF_INET]["client"])})
 
-    def refused(family: int, wanted: set[int]) -> dict:
+    def refused(family: int, wanted: set[int], ids: dict | None = None) -> dict:
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(sockets, "sock_diag_tcp", refused)
@@ -208,3 +208,54 @@ def test_a_dump_read_by_columns_equals_the_dump_read_message_by_message(
     taken = [offset > 0 for offset in used]
     assert taken == {"alike": [True, True], "one answer longer": [True, False],
                      "alike, then the end alone": [True, True, False]}[shape]
+
+
+def _pair(family: int) -> tuple[socket.socket, socket.socket, socket.socket]:
+    """A listener, a client and the accepted end, on loopback."""
+    listener = socket.socket(family)
+    listener.bind(("::1" if family == socket.AF_INET6 else "127.0.0.1", 0))
+    listener.listen()
+    client = socket.create_connection(listener.getsockname()[:2])
+    accepted, _ = listener.accept()
+    return listener, client, accepted
+
+
+@pytest.mark.parametrize("batch", [sockets.LOOKUP_BATCH, 2])
+def test_connections_that_carried_data_are_told_from_idle_ones(
+        batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sockets, "LOOKUP_BATCH", batch)
+    # GIVEN three connections of this process (IPv4 and IPv6), idle for 300 ms, then data
+    # sent over one of them
+    opened = [*_pair(socket.AF_INET), *_pair(socket.AF_INET), *_pair(socket.AF_INET6)]
+    try:
+        time.sleep(0.3)
+        busy_client, busy_server = opened[1], opened[2]
+        busy_client.sendall(b"x" * 100)
+        assert busy_server.recv(100)
+        # WHEN the sockets are read with their lookup keys, then looked up with their tcp_info
+        ids: dict = {}
+        _, how = sockets.tcp_sockets([os.getpid()], ids)
+        assert how == "netlink"
+        found = sockets.data_activity(ids[os.getpid()])
+        # THEN the established sockets are found (keys are kept for no other state)
+        assert all(sock[4] == "ESTABLISHED" for sock, _, _ in found.values())
+        ours = {s.getsockname()[1] for s in opened[0::3]}  # the listeners' ports
+        mine = {(sock[1], sock[3]): (sent, received) for sock, sent, received in found.values()
+                if sock[1] in ours or sock[3] in ours}
+        assert len(mine) == 6, mine
+        # AND the connection that carried data says so on both ends: the client sent, the
+        # accepted end received, just now; every other direction and connection is idle
+        client = (busy_client.getsockname()[1], busy_client.getpeername()[1])
+        assert mine[client][0] < 250 <= mine[client][1]
+        assert mine[client[::-1]][1] < 250 <= mine[client[::-1]][0]
+        idle = [times for ends, times in mine.items() if ends not in (client, client[::-1])]
+        assert len(idle) == 4 and all(min(times) >= 250 for times in idle), mine
+        # AND a connection closed meanwhile (both ends: one gone, one in TIME_WAIT, which has
+        # no tcp_info) is left out, the others still found
+        opened[4].close()
+        opened[5].close()
+        time.sleep(0.05)
+        assert len(sockets.data_activity(ids[os.getpid()])) == len(found) - 2
+    finally:
+        for sock in opened:
+            sock.close()

@@ -18,6 +18,7 @@ from snapfactory import collective, dataloader_wait, in_user, job, stack, thread
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.stacks import is_idle_thread, merge_stacks, pick_main_thread
+from slurmdiag.analysis.verdicts import _store_ports
 from slurmdiag.assemble import _samples
 from slurmdiag.collector.procfs import read_stat
 from slurmdiag.collector.stacks import read_usage
@@ -719,3 +720,65 @@ def test_polling_a_store_is_the_wait_not_traffic_of_progress(mode: str) -> None:
     v = top(snapshot)
     assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
     assert v.sites[0].endswith("store_poll.py:32")
+
+
+def store_serving(mode: str) -> Snapshot:
+    """store_poll_host (real, torch's first store server): rank 0, the store's host, sleeps in
+    its marker poll; its server answers ranks 1-3's polls, ~160 recvfrom/sendto in strace's
+    2 s. Each rank's connections were looked up when strace stopped: only those to or from the
+    store's port (20006, which rank 0 listens on; MASTER_PORT was set in Python, not in the
+    ranks' environment) carried data."""
+    return Snapshot.from_json(
+        (ACCURACY / f"store_poll_host.{mode}.store_serving.json").read_text())
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_a_store_host_answering_pollers_is_not_collectives_completing(mode: str) -> None:
+    # GIVEN the hang whose only traffic is the store's host serving the pollers
+    snapshot = store_serving(mode)
+    # THEN the host is the culprit, in its own poll loop, not "progressing"
+    v = top(snapshot)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (0,)), v
+    assert v.sites[0].endswith("store_wait.py:31")
+    # AND it is the connections that tell: without them (an older collector) strace's count
+    # alone made the job look like it progressed
+    blind = map_ranks(snapshot, lambda rank: replace(rank, recent_traffic=None))
+    assert top(blind).kind == "progressing"
+
+
+def test_the_store_port_comes_from_the_environment_else_from_who_connects_where() -> None:
+    ranks = [r for _, r in store_serving("default").all_ranks()]
+    # GIVEN no MASTER_PORT in the ranks' environment: the port rank 0 listens on that every
+    # rank, rank 0 included, is connected to (gloo's listeners: only by the other ranks)
+    assert _store_ports(ranks) == {"20006"}
+    # AND MASTER_PORT, when the environment has it, whatever the connections say
+    named = [replace(r, env={**r.env, "MASTER_PORT": "29500"}) for r in ranks]
+    assert _store_ports(named) == {"29500"}
+    # AND nothing when the connections were not listed
+    assert _store_ports([replace(r, connections=()) for r in ranks]) == frozenset()
+    # AND a rank the others connect to but that does not connect to itself is not the store
+    without_own = [replace(r, connections=tuple(c for c in r.connections if not (
+        c.state == "ESTABLISHED" and c.remote.endswith(":20006")))) if r.rank == 0 else r
+        for r in ranks]
+    assert _store_ports(without_own) == frozenset()
+
+
+def test_a_healthy_job_paced_by_the_store_still_progresses() -> None:
+    # GIVEN store_paced_steps (real, healthy): ranks 1-3 wait in store.wait for the key rank 0
+    # sets each step after a 0.9 s sleep; then everyone's all_reduce
+    snapshot = Snapshot.from_json((ACCURACY / "store_paced_steps.default.paced.json").read_text())
+    # THEN rank 0's gloo connections carried data in the window: the job progresses
+    v = top(snapshot)
+    assert v.kind == "progressing", v
+    (line,) = [e for e in v.evidence if e.startswith("rank 0: ")]
+    assert "send/receive calls" in line and " connections meanwhile" in line, line
+    # AND had only the store's connections carried data, it would not
+    def store_only(rank):  # type: ignore[no-untyped-def]
+        if rank.recent_traffic is None:
+            return rank
+        kept = tuple(c for c in rank.recent_traffic.active
+                     if ":20008" in (c.local[-6:], c.remote[-6:]))
+        return replace(rank, recent_traffic=replace(rank.recent_traffic, active=kept))
+
+    assert _store_ports([r for _, r in snapshot.all_ranks()]) == {"20008"}
+    assert top(map_ranks(snapshot, store_only)).kind != "progressing"
