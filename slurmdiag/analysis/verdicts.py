@@ -1057,21 +1057,20 @@ def _port(endpoint: str) -> str:
 
 
 def _store_ports(ranks: list[Rank]) -> frozenset[str]:
-    """The port of the job's store: MASTER_PORT where the ranks' environment has it, else the
+    """The ports of the job's stores: MASTER_PORT where the ranks' environment has it, and any
     port one rank listens on that every rank, its own included, holds a connection to (a job
-    may set MASTER_PORT in Python, after its environment was read; gloo's listeners are
-    connected by the other ranks only). Empty when neither says (connections not listed, a
-    rank's over the 300 listed)."""
+    may set MASTER_PORT in Python, after its environment was read, or open a store of its own;
+    gloo's listeners are connected by the other ranks only, never by their own). What neither
+    names (connections not listed: a rank's over the 300 listed) is not known."""
     named = {r.env["MASTER_PORT"] for r in ranks if r.env.get("MASTER_PORT")}
-    if named:
-        return frozenset(named)
     listening = {_port(c.local) for r in ranks for c in r.connections if c.state == "LISTEN"}
     common: set[str] | None = None
     for r in ranks:
         if r.connections:
             remote = {_port(c.remote) for c in r.connections if c.state == "ESTABLISHED"}
             common = remote if common is None else common & remote
-    return frozenset((common or set()) & listening) if len(ranks) > 1 else frozenset()
+    hosted = (common or set()) & listening if len(ranks) > 1 else set()
+    return frozenset(named | hosted)
 
 
 def _collective_traffic(digest: RankDigest, store: frozenset[str]) -> bool | None:
@@ -1080,9 +1079,8 @@ def _collective_traffic(digest: RankDigest, store: frozenset[str]) -> bool | Non
     (no strace, sockets not read from netlink, an older snapshot). strace -c counts a rank's
     sends and receives on any socket: a store's host answering ranks that poll it is counted as
     much as collectives completing (found with store_poll_host, a hang called progressing).
-    What would make this lie: a job that moves its data through the store itself, or polls a
-    second store of its own (its host's serving counts again); with the store's port unknown,
-    every connection counts, as before.
+    What would make this lie: a job that moves its data through the store itself, or a store
+    whose port neither MASTER_PORT nor the connections name (then every connection counts).
     """
     recent = digest.proc.recent_traffic
     if recent is None or not recent.checked:

@@ -32,7 +32,7 @@ from .gpus import collect_gpus
 from .nics import collect_nics
 from .options import ArgsError, read_options
 from .procfs import _read, allowed_env, read_stat
-from .sockets import _endpoint, connection_list, data_activity, tcp_sockets
+from .sockets import connection_list, data_activity, key_endpoints, tcp_sockets
 from .stacks import (
     _in_dataloader_loop,
     adopt_spawned_ranks,
@@ -448,18 +448,14 @@ def read_recent_traffic(run):
         return
     for entry in traced:
         within = int(entry["strace"]["window_s"] * 1000) + RECENT_SLACK_MS
-        mine = [activity[key] for key in ids[entry["pid"]] if key in activity]
-        recent = sorted((min(sent, received), sock, sent, received)
-                        for sock, sent, received in mine if min(sent, received) <= within)
-        entry["recent_traffic"] = {
-            "within_ms": within,
-            "checked": len(mine),
-            "active": [
-                {"local": _endpoint(sock[0], sock[1]), "remote": _endpoint(sock[2], sock[3]),
-                 "last_sent_ms": sent, "last_received_ms": received}
-                for _, sock, sent, received in recent[:MAX_RECENT]
-            ],
-        }
+        mine = [(key, activity[key]) for key in ids[entry["pid"]] if key in activity]
+        recent = sorted((min(times), key, times) for key, times in mine if min(times) <= within)
+        active = []
+        for _, key, (sent, received) in recent[:MAX_RECENT]:
+            local, remote = key_endpoints(key)
+            active.append({"local": local, "remote": remote, "last_sent_ms": sent,
+                           "last_received_ms": received})
+        entry["recent_traffic"] = {"within_ms": within, "checked": len(mine), "active": active}
 
 
 def attach_connections(run):

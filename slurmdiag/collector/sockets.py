@@ -3,7 +3,7 @@
 import posix as os
 import sys
 
-from .netlink import _attributes, _dump_request, _int, _netlink_messages, _request, _u
+from .netlink import _dump_request, _int, _netlink_messages, _request, _u
 from .procfs import _read
 
 TCP_STATES = {
@@ -273,26 +273,26 @@ LOOKUP_BATCH = 128
 
 
 def data_activity(keys):
-    """{key: (socket tuple, ms since data last sent, ms since data last received)} of the sockets
-    ``keys`` names (socket_key), each looked up on its own with its tcp_info (sock_diag without
-    the dump flag: the kernel finds the socket by its ports, addresses, interface and cookie;
-    no walk of the namespace's table). A socket closed meanwhile is left out. OSError if the
-    kernel refuses."""
+    """{key: (ms since data last sent, ms since data last received)} of the sockets ``keys``
+    names (socket_key), each looked up on its own with its tcp_info (sock_diag without the dump
+    flag: the kernel finds the socket by its ports, addresses, interface and cookie; no walk of
+    the namespace's table), a batch of lookups in one message. A socket closed meanwhile is
+    left out (a TIME_WAIT one has no tcp_info). OSError if the kernel refuses."""
     import _socket
 
     keys = list(keys)
     found = {}  # type: dict
     sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, NETLINK_SOCK_DIAG)
-    # The kernel answers each request while sending it: a missing answer is a bug, not a wait.
+    # The kernel answers each request while it reads it: a missing answer is a bug, not a wait.
     sock.settimeout(0.5)
+    # inet_diag_req_v2 after the family: TCP, tcp_info, pad, any state; then the sockid
+    asked = bytes([IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0]) + _u(0xFFFFFFFF, 4)
     try:
         for start in range(0, len(keys), LOOKUP_BATCH):
             batch = keys[start : start + LOOKUP_BATCH]
-            for seq, key in enumerate(batch):
-                # inet_diag_req_v2: family, protocol, tcp_info, pad, any state, the sockid
-                body = bytes([key[0], IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0]) + _u(
-                    0xFFFFFFFF, 4) + key[1:]
-                sock.send(_request(SOCK_DIAG_BY_FAMILY, body, 1, seq))  # NLM_F_REQUEST
+            sock.send(b"".join(  # NLM_F_REQUEST; the sequence number is the index in the batch
+                _request(SOCK_DIAG_BY_FAMILY, key[:1] + asked + key[1:], 1, seq)
+                for seq, key in enumerate(batch)))
             _read_lookups(sock, batch, found)
     finally:
         sock.close()
@@ -303,7 +303,11 @@ def _read_lookups(sock, batch, found):
     """The answers to one batch of lookups into ``found``; the others (an error: the socket is
     gone) are skipped."""
     import _socket
+    import _struct
 
+    head = _struct.Struct("=IHHI").unpack_from  # nlmsghdr: length, type, flags, sequence
+    attr = _struct.Struct("=HH").unpack_from
+    times = _struct.Struct("=I4xI").unpack_from  # tcpi_last_data_sent, tcpi_last_data_recv
     answered = 0
     while answered < len(batch):
         try:
@@ -312,21 +316,30 @@ def _read_lookups(sock, batch, found):
             return
         offset = 0
         while offset + 16 <= len(data):
-            length, kind = _int(data[offset : offset + 4]), _int(data[offset + 4 : offset + 6])
-            seq = _int(data[offset + 8 : offset + 12])
+            length, kind, _, seq = head(data, offset)
             if length < 16:
                 return
             answered += 1
-            if kind == SOCK_DIAG_BY_FAMILY and length >= 16 + DIAG_MSG_LEN and seq < len(batch):
-                msg = data[offset + 16 : offset + length]
-                info = _attributes(msg, DIAG_MSG_LEN).get(INET_DIAG_INFO) or b""
-                if len(info) >= LAST_DATA_RECV + 4:
-                    found[batch[seq]] = (
-                        _diag_socket(msg[:DIAG_MSG_LEN], msg[0] == _socket.AF_INET),
-                        _int(info[LAST_DATA_SENT : LAST_DATA_SENT + 4]),
-                        _int(info[LAST_DATA_RECV : LAST_DATA_RECV + 4]),
-                    )
+            end, at = offset + length, offset + 16 + DIAG_MSG_LEN
+            while kind == SOCK_DIAG_BY_FAMILY and at + 4 <= end and seq < len(batch):
+                size, what = attr(data, at)
+                if size < 4:
+                    break
+                if what & 0x3FFF == INET_DIAG_INFO:
+                    if size - 4 >= LAST_DATA_RECV + 4:
+                        found[batch[seq]] = times(data, at + 4 + LAST_DATA_SENT)
+                    break
+                at += (size + 3) & ~3
             offset += (length + 3) & ~3
+
+
+def key_endpoints(key):
+    """("ip:port", "ip:port"), local and remote, of a socket_key."""
+    import _socket
+
+    sock = _diag_socket(key[:1] + b"\1\0\0" + key[1:] + bytes(DIAG_MSG_LEN - 52),
+                        key[0] == _socket.AF_INET)
+    return _endpoint(sock[0], sock[1]), _endpoint(sock[2], sock[3])
 
 
 def connection_list(sockets, addr_to_if):

@@ -237,12 +237,15 @@ def test_connections_that_carried_data_are_told_from_idle_ones(
         _, how = sockets.tcp_sockets([os.getpid()], ids)
         assert how == "netlink"
         found = sockets.data_activity(ids[os.getpid()])
-        # THEN the established sockets are found (keys are kept for no other state)
-        assert all(sock[4] == "ESTABLISHED" for sock, _, _ in found.values())
-        ours = {s.getsockname()[1] for s in opened[0::3]}  # the listeners' ports
-        mine = {(sock[1], sock[3]): (sent, received) for sock, sent, received in found.values()
-                if sock[1] in ours or sock[3] in ours}
+        # THEN the established sockets are found (keys are kept for no other state), their
+        # addresses read back from their keys
+        listeners = {s.getsockname()[1] for s in opened[0::3]}
+        ends = {key: [int(e.rpartition(":")[2]) for e in sockets.key_endpoints(key)]
+                for key in found}
+        mine = {tuple(ends[key]): times for key, times in found.items()
+                if listeners & set(ends[key])}
         assert len(mine) == 6, mine
+        assert {sockets.key_endpoints(k)[0].startswith("[::1]:") for k in found} >= {True, False}
         # AND the connection that carried data says so on both ends: the client sent, the
         # accepted end received, just now; every other direction and connection is idle
         client = (busy_client.getsockname()[1], busy_client.getpeername()[1])

@@ -751,10 +751,12 @@ def test_the_store_port_comes_from_the_environment_else_from_who_connects_where(
     # GIVEN no MASTER_PORT in the ranks' environment: the port rank 0 listens on that every
     # rank, rank 0 included, is connected to (gloo's listeners: only by the other ranks)
     assert _store_ports(ranks) == {"20006"}
-    # AND MASTER_PORT, when the environment has it, whatever the connections say
+    # AND MASTER_PORT when the environment has it (a second store still found by who
+    # connects where), alone when the connections were not listed
     named = [replace(r, env={**r.env, "MASTER_PORT": "29500"}) for r in ranks]
-    assert _store_ports(named) == {"29500"}
-    # AND nothing when the connections were not listed
+    assert _store_ports(named) == {"29500", "20006"}
+    assert _store_ports([replace(r, connections=()) for r in named]) == {"29500"}
+    # AND nothing when neither says
     assert _store_ports([replace(r, connections=()) for r in ranks]) == frozenset()
     # AND a rank the others connect to but that does not connect to itself is not the store
     without_own = [replace(r, connections=tuple(c for c in r.connections if not (
