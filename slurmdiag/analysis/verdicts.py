@@ -1060,8 +1060,9 @@ def _store_ports(ranks: list[Rank]) -> frozenset[str]:
     """The ports of the job's stores: MASTER_PORT where the ranks' environment has it, and any
     port one rank listens on that every rank, its own included, holds a connection to (a job
     may set MASTER_PORT in Python, after its environment was read, or open a store of its own;
-    gloo's listeners are connected by the other ranks only, never by their own). What neither
-    names (connections not listed: a rank's over the 300 listed) is not known."""
+    gloo's listeners are connected by the other ranks only, never by their own; any service a
+    rank hosts for every rank is taken as a store too: its traffic is not collectives). What
+    neither names (connections not listed: a rank's over the 300 listed) is not known."""
     named = {r.env["MASTER_PORT"] for r in ranks if r.env.get("MASTER_PORT")}
     listening = {_port(c.local) for r in ranks for c in r.connections if c.state == "LISTEN"}
     common: set[str] | None = None
@@ -1073,20 +1074,37 @@ def _store_ports(ranks: list[Rank]) -> frozenset[str]:
     return frozenset(named | hosted)
 
 
-def _collective_traffic(digest: RankDigest, store: frozenset[str]) -> bool | None:
-    """Whether a connection other than the job's store's (``store``: its ports, either end)
-    carried data during the strace window; None when the connections were not looked up then
-    (no strace, sockets not read from netlink, an older snapshot). strace -c counts a rank's
-    sends and receives on any socket: a store's host answering ranks that poll it is counted as
-    much as collectives completing (found with store_poll_host, a hang called progressing).
-    What would make this lie: a job that moves its data through the store itself, or a store
-    whose port neither MASTER_PORT nor the connections name (then every connection counts).
+def _rank_endpoints(ranks: list[Rank]) -> tuple[frozenset[str], frozenset[str]]:
+    """(the ranks' socket endpoints, the ports they listen on at any address): what a
+    connection between two ranks has at its far end. A rank's listeners are always listed
+    (the collector lists them first), so of a gloo pair's two ends one always matches."""
+    ends = {c.local for r in ranks for c in r.connections}
+    anywhere = {_port(c.local) for r in ranks for c in r.connections
+                if c.state == "LISTEN" and c.local.rpartition(":")[0] in ("0.0.0.0", "[::]")}
+    return frozenset(ends), frozenset(anywhere)
+
+
+def _collective_traffic(digest: RankDigest, store: frozenset[str],
+                        ranks: tuple[frozenset[str], frozenset[str]]) -> bool | None:
+    """Whether a connection between this rank and another one (``ranks``: _rank_endpoints),
+    other than to the job's store (``store``: its ports, either end), carried data during the
+    strace window; None when the connections were not looked up then (no strace, sockets not
+    read from netlink, an older snapshot). strace -c counts a rank's sends and receives on any
+    socket: a store's host answering ranks that poll it (store_poll_host) and a thread
+    uploading a checkpoint (uploader_during_hang) were counted as much as collectives
+    completing, two hangs called progressing. What would make this lie: a job that moves its
+    data through the store itself, or a store whose port neither MASTER_PORT nor the
+    connections name; with no endpoint of any rank known, any connection but the store's
+    counts.
     """
     recent = digest.proc.recent_traffic
     if recent is None or not recent.checked:
         return None
+    ends, anywhere = ranks
     return any(
-        _port(c.local) not in store and _port(c.remote) not in store for c in recent.active
+        _port(c.local) not in store and _port(c.remote) not in store
+        and (not ends or c.remote in ends or _port(c.remote) in anywhere)
+        for c in recent.active
     )
 
 
@@ -1214,9 +1232,10 @@ def _hang_verdicts(
     # the window (_collective_traffic).
     traced = [(s, _traffic(s.digest)) for s in statuses if s.kind != "peer"]
     traced_known = [(s, n) for s, n in traced if n is not None]
-    store = _store_ports([s.digest.proc for s in statuses])
+    procs = [s.digest.proc for s in statuses]
+    store, ends = _store_ports(procs), _rank_endpoints(procs)
     talking = [(s, n) for s, n in traced_known
-               if n >= TRAFFIC_CALLS and _collective_traffic(s.digest, store) is not False]
+               if n >= TRAFFIC_CALLS and _collective_traffic(s.digest, store, ends) is not False]
     if (talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing
             and not any(_stuck_off_network(s) for s in statuses)):
         # The stacks look the same in every sample (the samples all landed in the same phase),

@@ -344,7 +344,9 @@ def key_endpoints(key):
 
 def connection_list(sockets, addr_to_if):
     """Documented connections from tcp_sockets' tuples, with the interface each one's local
-    address belongs to; established ones first, at most MAX_CONNECTIONS."""
+    address belongs to; at most MAX_CONNECTIONS: the listening ones first (a process has few,
+    and they are what its peers connect to: the analysis matches their connections with them),
+    then the established ones."""
     out = []
     for lip, lport, rip, rport, state, txq, rxq in sockets:
         if lip.startswith("127.") or lip == "::1":
@@ -361,5 +363,6 @@ def connection_list(sockets, addr_to_if):
                 "rx_queue": rxq,
             }
         )
-    out.sort(key=lambda c: (c["state"] != "ESTABLISHED", c["local"], c["remote"]))
+    out.sort(key=lambda c: (c["state"] != "LISTEN", c["state"] != "ESTABLISHED", c["local"],
+                            c["remote"]))
     return out[:MAX_CONNECTIONS]

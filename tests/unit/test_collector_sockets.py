@@ -262,3 +262,18 @@ def test_connections_that_carried_data_are_told_from_idle_ones(
     finally:
         for sock in opened:
             sock.close()
+
+
+def test_listening_sockets_are_listed_first_and_kept_past_the_cap() -> None:
+    # GIVEN a process with more established connections than are listed, a listener and one
+    # connection closing
+    established = [("10.0.0.1", 40000 + i, "10.0.0.2", 5000, "ESTABLISHED", 0, 0)
+                   for i in range(sockets.MAX_CONNECTIONS + 5)]
+    closing = [("10.0.0.1", 39999, "10.0.0.3", 5000, "CLOSE_WAIT", 0, 0)]
+    listener = [("0.0.0.0", 29500, "0.0.0.0", 0, "LISTEN", 0, 0)]
+    listed = sockets.connection_list(established + closing + listener, {})
+    # THEN the listener comes first (the analysis matches peers' connections with it), then
+    # established ones up to the cap; the closing one is cut
+    assert len(listed) == sockets.MAX_CONNECTIONS
+    assert listed[0]["local"] == "0.0.0.0:29500" and listed[0]["state"] == "LISTEN"
+    assert {c["state"] for c in listed[1:]} == {"ESTABLISHED"}

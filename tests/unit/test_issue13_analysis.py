@@ -18,12 +18,12 @@ from snapfactory import collective, dataloader_wait, in_user, job, stack, thread
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.stacks import is_idle_thread, merge_stacks, pick_main_thread
-from slurmdiag.analysis.verdicts import _store_ports
+from slurmdiag.analysis.verdicts import _rank_endpoints, _store_ports
 from slurmdiag.assemble import _samples
 from slurmdiag.collector.procfs import read_stat
 from slurmdiag.collector.stacks import read_usage
 from slurmdiag.parsers.pyspy import parse_pyspy_json
-from slurmdiag.snapshot import Sample, Snapshot, ThreadStack
+from slurmdiag.snapshot import Connection, Sample, Snapshot, ThreadStack
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "issue13"
 SCENARIOS = "/work/wt/i13a/tests/scenarios/"  # where the fixtures were recorded
@@ -763,6 +763,38 @@ def test_the_store_port_comes_from_the_environment_else_from_who_connects_where(
         c.state == "ESTABLISHED" and c.remote.endswith(":20006")))) if r.rank == 0 else r
         for r in ranks]
     assert _store_ports(without_own) == frozenset()
+
+
+def test_an_upload_thread_sending_through_a_hang_is_not_collectives() -> None:
+    # GIVEN rank_gated_collective's hang (real) while every rank's upload thread streams to a
+    # gateway, a child of rank 0: ~40 sends a rank in strace's 2 s
+    snapshot = Snapshot.from_json(
+        (ACCURACY / "uploader_during_hang.default.upload.json").read_text())
+    # THEN the hang is found as without the uploads: rank 0 in save_checkpoint's barrier
+    v = top(snapshot)
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (0,)), v
+    assert v.sites[0].endswith("rank_gated_collective.py:38")
+    # AND it is the far end of the connections that tells: without them, strace's counts
+    # made the job look like it progressed
+    assert top(map_ranks(snapshot, lambda r: replace(r, recent_traffic=None))).kind == "progressing"
+    # AND were the gateway's end a rank's own socket, its data would count
+    (gateway,) = {c.remote for _, r in snapshot.all_ranks() for c in r.recent_traffic.active}
+
+    def holds(rank):  # type: ignore[no-untyped-def]
+        if rank.rank != 0:
+            return rank
+        return replace(rank, connections=(*rank.connections,
+                                          Connection(gateway, "127.0.0.1:1", "ESTABLISHED")))
+
+    assert top(map_ranks(snapshot, holds)).kind == "progressing"
+
+
+def test_rank_endpoints_match_a_wildcard_listener_by_its_port() -> None:
+    ranks = [r for _, r in store_serving("default").all_ranks()]
+    ends, anywhere = _rank_endpoints(ranks)
+    # rank 0's store listens on every address ([::]:20006); the gloo listeners on 127.0.0.1
+    assert "20006" in anywhere and not any(e.startswith("127.0.0.1:") for e in anywhere)
+    assert {c.local for r in ranks for c in r.connections} == ends
 
 
 def test_a_healthy_job_paced_by_the_store_still_progresses() -> None:
