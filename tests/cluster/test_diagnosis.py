@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from scenarios.launch import load_truth, suite_scenarios
 
+from slurmdiag.analysis.verdicts import _rank_endpoints
 from slurmdiag.api import attach_job
 from slurmdiag.options import AttachOptions
 
@@ -74,6 +75,16 @@ def test_healthy_job_is_never_flagged_across_five_attaches(scenario_run):
         flagged = [v for v in snapshot.verdicts if v.severity in HANG_SEVERITIES]
         # THEN no attach ever reports a hang
         assert flagged == [], (attempt, [(v.kind, v.summary) for v in flagged])
+    # AND the last attach looked up every rank's connections when strace stopped: each holds
+    # its gloo mesh and its store connection, and data moved between ranks (1 s steps, 2 s of
+    # strace), which is what the traffic rule counts
+    ranks = [r for _, r in snapshot.all_ranks()]
+    ends, anywhere = _rank_endpoints(ranks)
+    for rank in ranks:
+        recent = rank.recent_traffic
+        assert recent is not None and recent.checked >= 4, (rank.rank, recent)
+        assert any(c.remote in ends or c.remote.rpartition(":")[2] in anywhere
+                   for c in recent.active), (rank.rank, recent)
 
 
 def test_verdicts_in_terminal_output_json_and_report(scenario_run, tmp_path):

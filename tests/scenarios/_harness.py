@@ -225,3 +225,15 @@ def train_healthy(info: RankInfo, steps: range, next_batch: Callable[[int], Any]
         log(info, f"step {step} loss {loss:.4f}")
         if step == 0:
             report_ready(info, "training", role="healthy")
+
+
+def run_then_barrier(prepare: Callable[[RankInfo], None]) -> None:
+    """A job of one phase: the process group, ``prepare(info)`` (where the scenario hangs),
+    then a barrier and the end."""
+    import torch.distributed as dist  # torch: imported by the ranks only, as in init_distributed
+
+    info = setup()
+    init_distributed(info)
+    prepare(info)
+    dist.barrier()
+    dist.destroy_process_group()

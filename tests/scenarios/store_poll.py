@@ -42,11 +42,7 @@ def prepare_dataset(info: harness.RankInfo, index_rank: int = INDEX_RANK) -> Non
 
 
 def main() -> None:
-    info = harness.setup()
-    harness.init_distributed(info)
-    prepare_dataset(info)
-    dist.barrier()
-    dist.destroy_process_group()
+    harness.run_then_barrier(prepare_dataset)
 
 
 if __name__ == "__main__":

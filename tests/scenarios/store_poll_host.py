@@ -13,17 +13,12 @@ from __future__ import annotations
 import os
 
 import _harness as harness
-import torch.distributed as dist
 from store_poll import prepare_dataset
 
 
 def main() -> None:
-    info = harness.setup()
     os.environ["USE_LIBUV"] = "0"  # the store server of torch < 2.4
-    harness.init_distributed(info)
-    prepare_dataset(info, index_rank=0)
-    dist.barrier()
-    dist.destroy_process_group()
+    harness.run_then_barrier(lambda info: prepare_dataset(info, index_rank=0))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import _harness as harness
-import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 INDEX_RANK = 2
@@ -43,11 +42,7 @@ def prepare_dataset(info: harness.RankInfo) -> None:
 
 
 def main() -> None:
-    info = harness.setup()
-    harness.init_distributed(info)
-    prepare_dataset(info)
-    dist.barrier()
-    dist.destroy_process_group()
+    harness.run_then_barrier(prepare_dataset)
 
 
 if __name__ == "__main__":
