@@ -32,7 +32,7 @@ from .gpus import collect_gpus
 from .nics import collect_nics
 from .options import ArgsError, read_options
 from .procfs import _read, allowed_env, read_stat
-from .sockets import connection_list, data_activity, key_endpoints, tcp_sockets
+from .sockets import connection_list, recent_activity, tcp_sockets
 from .stacks import (
     _in_dataloader_loop,
     adopt_spawned_ranks,
@@ -432,7 +432,7 @@ MAX_RECENT = 64
 
 def read_recent_traffic(run):
     """Which connections of each rank strace traced carried data during its window: the rank's
-    established sockets (those read from netlink) looked up again with their tcp_info once
+    established sockets read again (through copies of their descriptors, else by netlink lookups) with their tcp_info once
     strace has stopped. strace counts a rank's sends and receives, not which connection they
     were on: a store's host serving its pollers and a rank whose collectives complete look the
     same to it (docs/node-document.md, ``recent_traffic``)."""
@@ -442,17 +442,16 @@ def read_recent_traffic(run):
     if not traced:
         return
     try:
-        activity = data_activity({key for e in traced for key in ids[e["pid"]]})
+        activity = recent_activity({key for e in traced for key, _, _ in ids[e["pid"]]})
     except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
         run.errors.append(f"recent traffic not read: {exc}")
         return
     for entry in traced:
         within = int(entry["strace"]["window_s"] * 1000) + RECENT_SLACK_MS
-        mine = [(key, activity[key]) for key in ids[entry["pid"]] if key in activity]
-        recent = sorted((min(times), key, times) for key, times in mine if min(times) <= within)
+        mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
+        recent = sorted((min(times), ends, times) for times, ends in mine if min(times) <= within)
         active = []
-        for _, key, (sent, received) in recent[:MAX_RECENT]:
-            local, remote = key_endpoints(key)
+        for _, (local, remote), (sent, received) in recent[:MAX_RECENT]:
             active.append({"local": local, "remote": remote, "last_sent_ms": sent,
                            "last_received_ms": received})
         entry["recent_traffic"] = {"within_ms": within, "checked": len(mine), "active": active}

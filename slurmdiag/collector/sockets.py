@@ -1,8 +1,10 @@
-"""The TCP sockets of the job's processes: sock_diag (netlink), else /proc/PID/net/tcp."""
+"""The TCP sockets of the job's processes: copies of their descriptors, else sock_diag (netlink),
+else /proc/PID/net/tcp."""
 
 import posix as os
 import sys
 
+from .fdsockets import Reader, Unavailable
 from .netlink import _dump_request, _int, _netlink_messages, _request, _u
 from .procfs import _read
 
@@ -97,21 +99,21 @@ DIAG_MSG_LEN = 72
 INODE_WORD = (16 + DIAG_MSG_LEN - 4) // 4
 
 
-def socket_inodes(pid):
-    """{inode} (ints) of the sockets ``pid`` holds open; None if its fds cannot be read."""
+def socket_fds(pid):
+    """{fd: inode} of the sockets ``pid`` holds open; None if its fds cannot be read."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return None
-    inodes = set()
+    found = {}
     for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
+            found[int(fd)] = int(target[8:-1])
+    return found
 
 
 def _netns(pid):
@@ -205,7 +207,7 @@ def _diag_socket(msg, ipv4):
         int.from_bytes(msg[4:6], "big"),
         ".".join(str(b) for b in remote) if ipv4 else _ipv6_text(remote),
         int.from_bytes(msg[6:8], "big"),
-        TCP_STATES.get(f"{msg[1]:02X}", str(msg[1])),
+        _state(msg[1]),
         # wqueue is the unsent bytes, but a listener's backlog limit: /proc/net/tcp shows 0
         0 if msg[1] == 10 else _int(msg[60:64]),
         _int(msg[56:60]),  # rqueue: unread bytes, a listener's accept queue
@@ -225,42 +227,97 @@ def _proc_net_tcp(pid, wanted):
 def tcp_sockets(pids, ids=None):
     """({pid: [socket tuple, ...] or None when its fds cannot be read}, how they were read).
 
-    Each process's socket inodes come from /proc/PID/fd. The sockets themselves: in our own
-    network namespace one sock_diag dump per address family for all the processes at once; a
-    process in another namespace (or anywhere, when netlink is refused) from its
-    /proc/PID/net/tcp{,6}, read once per namespace. ``how`` is "netlink", "proc" or both, with
-    netlink's error when it was refused. ``ids`` (a dict) gets {pid: [key, ...]}: the lookup
-    keys (socket_key) of the process's ESTABLISHED sockets read from netlink.
+    Each process's sockets are found from /proc/PID/fd and read through copies of its own
+    descriptors (fdsockets): the cost follows its own sockets, whatever else its namespace
+    holds. Where that is refused or unavailable (Linux < 5.6), in our own network namespace one
+    sock_diag dump per address family for all such processes at once, and a process in another
+    namespace from its /proc/PID/net/tcp{,6}, read once per namespace. ``how`` is
+    "descriptors", "netlink", "proc" or several, each fallback after the reason for it.
+    ``ids`` (a dict) gets {pid: [(key, local endpoint, remote endpoint), ...]} of the
+    process's ESTABLISHED sockets, the keys for recent_activity.
     """
     import _socket
 
-    inodes = {pid: socket_inodes(pid) for pid in pids}
-    namespaces = {}  # type: dict  # netns -> (a pid in it, wanted inodes)
-    for pid, found in inodes.items():
-        if found:
-            namespaces.setdefault(_netns(pid), (pid, set()))[1].update(found)
-    own, table, how, refused = _netns("self"), {}, [], None
-    keys = {}  # type: dict  # inode -> socket_key, of the ESTABLISHED sockets read from netlink
+    fds = {pid: socket_fds(pid) for pid in pids}
+    table, how, keys = {}, [], {}  # keys: inode -> key, of the ESTABLISHED sockets
+    reader, refused = _descriptor_reader()
+    namespaces = {}  # type: dict  # netns -> (a pid in it, wanted inodes), for the others
+    for pid, found in fds.items():
+        if not found:
+            continue
+        if reader is not None:
+            try:
+                for inode, (entry, handle) in reader.sockets(pid, found).items():
+                    table[inode] = entry[:4] + (_state(entry[4]),) + entry[5:]
+                    if handle is not None:
+                        keys[inode] = (pid,) + handle
+                how.append("descriptors")
+                continue
+            except Unavailable as exc:
+                refused = f"descriptors refused ({exc})"
+        if refused:
+            how.append(refused)
+        namespaces.setdefault(_netns(pid), (pid, set()))[1].update(found.values())
+    own, netlink_refused = _netns("self"), None
     for netns, (pid, wanted) in namespaces.items():
         got = None
-        if netns is not None and netns == own and refused is None:
+        if netns is not None and netns == own and netlink_refused is None:
             try:
                 got = sock_diag_tcp(_socket.AF_INET, wanted, keys)
                 got.update(sock_diag_tcp(_socket.AF_INET6, wanted, keys))
                 how.append("netlink")
             except OSError as exc:
-                refused, got = f"netlink refused ({exc})", None
-                how.append(refused)
+                netlink_refused, got = f"netlink refused ({exc})", None
+                how.append(netlink_refused)
         if got is None:
             got = _proc_net_tcp(pid, wanted)
             how.append("proc")
         table.update(got)  # socket inodes are unique on the host, across namespaces
     out = {}
-    for pid, found in inodes.items():
-        out[pid] = None if found is None else [table[inode] for inode in found if inode in table]
+    for pid, found in fds.items():
+        out[pid] = None if found is None else [table[i] for i in found.values() if i in table]
         if ids is not None and found is not None:
-            ids[pid] = [keys[inode] for inode in found if inode in keys]
+            ids[pid] = [(keys[i],) + _endpoints(table[i]) for i in found.values() if i in keys]
     return out, ", ".join(dict.fromkeys(how)) or None
+
+
+def _state(number):
+    return TCP_STATES.get(f"{number:02X}", str(number))
+
+
+def _descriptor_reader():
+    """(a fdsockets.Reader, None), or (None, why there is none)."""
+    try:
+        return Reader(), None
+    except Unavailable as exc:
+        return None, f"descriptors unavailable ({exc})"
+
+
+def _endpoints(entry):
+    """("ip:port", "ip:port"), local and remote, of a socket tuple."""
+    return _endpoint(entry[0], entry[1]), _endpoint(entry[2], entry[3])
+
+
+def recent_activity(keys):
+    """{key: (ms since data last sent, ms since data last received)} of the ESTABLISHED
+    sockets tcp_sockets' keys name: read through copies of the descriptors again, or looked up
+    by netlink (data_activity). A socket closed meanwhile is left out."""
+    by_pid, lookups = {}, []  # type: dict, list
+    for key in keys:
+        if isinstance(key, tuple):
+            by_pid.setdefault(key[0], []).append(key[1:])
+        else:
+            lookups.append(key)
+    found = data_activity(lookups) if lookups else {}
+    if by_pid:
+        reader = Reader()
+        for pid, handles in by_pid.items():
+            try:
+                found.update(((pid,) + handle, times)
+                             for handle, times in reader.activity(pid, handles).items())
+            except Unavailable:
+                continue
+    return found
 
 
 INET_DIAG_INFO = 2
@@ -331,15 +388,6 @@ def _read_lookups(sock, batch, found):
                     break
                 at += (size + 3) & ~3
             offset += (length + 3) & ~3
-
-
-def key_endpoints(key):
-    """("ip:port", "ip:port"), local and remote, of a socket_key."""
-    import _socket
-
-    sock = _diag_socket(key[:1] + b"\1\0\0" + key[1:] + bytes(DIAG_MSG_LEN - 52),
-                        key[0] == _socket.AF_INET)
-    return _endpoint(sock[0], sock[1]), _endpoint(sock[2], sock[3])
 
 
 def connection_list(sockets, addr_to_if):

@@ -1,9 +1,10 @@
-"""The collector's TCP sockets: netlink sock_diag against /proc/net/tcp on live sockets of the
-real kernel, and the fallback when netlink is refused."""
+"""The collector's TCP sockets: copies of a process's descriptors, netlink sock_diag and
+/proc/net/tcp against each other on live sockets of the real kernel, and each fallback."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,13 +14,28 @@ from pathlib import Path
 
 import pytest
 
-from slurmdiag.collector import sockets, tools
+from slurmdiag.collector import fdsockets, sockets, tools
 
 UNREAD = b"hello"
 
 
 def _inode(sock: socket.socket) -> int:
     return os.fstat(sock.fileno()).st_ino
+
+
+def _by_descriptors(pid: int, socks: list[socket.socket]) -> dict:
+    """What fdsockets reads of these sockets of ``pid`` (this process), the state as a name."""
+    found = fdsockets.Reader().sockets(pid, {s.fileno(): _inode(s) for s in socks})
+    return {inode: entry[:4] + (sockets._state(entry[4]),) + entry[5:]
+            for inode, (entry, _) in found.items()}
+
+
+def _no_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel older than 5.6 (or a refusal): tcp_sockets cannot copy descriptors."""
+    def unavailable() -> None:
+        raise fdsockets.Unavailable("no pidfd_getfd (test)")
+
+    monkeypatch.setattr(sockets, "Reader", unavailable)
 
 
 @pytest.fixture
@@ -53,19 +69,23 @@ def live_sockets() -> Iterator[dict]:
             sock.close()
 
 
-def test_netlink_and_proc_net_tcp_agree_on_live_sockets(live_sockets: dict) -> None:
+def test_descriptors_netlink_and_proc_net_tcp_agree_on_live_sockets(live_sockets: dict) -> None:
     for family, made in live_sockets.items():
-        # GIVEN the inodes of live sockets of this process, and one socket that is not TCP
-        udp = socket.socket(family, socket.SOCK_DGRAM)
+        # GIVEN the inodes of live sockets of this process, and sockets that are not TCP
+        others = [socket.socket(family, socket.SOCK_DGRAM), *socket.socketpair()]
         try:
             tcp = {_inode(s) for key, s in made.items() if key != "host"}
-            # WHEN read from netlink and from the text table
-            via_netlink = sockets.sock_diag_tcp(family, tcp | {_inode(udp)})
-            via_text = sockets._proc_net_tcp(os.getpid(), tcp | {_inode(udp)})
+            every = tcp | {_inode(s) for s in others}
+            # WHEN read through copies of the descriptors, from netlink and from the text table
+            via_copies = _by_descriptors(os.getpid(), [s for key, s in made.items() if key != "host"]
+                                         + others)
+            via_netlink = sockets.sock_diag_tcp(family, every)
+            via_text = sockets._proc_net_tcp(os.getpid(), every)
         finally:
-            udp.close()
-        # THEN both see the same five TCP sockets, identically decoded
-        assert via_netlink == via_text
+            for sock in others:
+                sock.close()
+        # THEN all three see the same five TCP sockets, identically decoded
+        assert via_netlink == via_text == via_copies
         assert set(via_netlink) == tcp
         host = made["host"]
         lport = made["listener"].getsockname()[1]
@@ -98,19 +118,25 @@ def test_inodes_of_another_process_and_both_readers(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "child did not start"
             time.sleep(0.05)
         port = int(ready.read_text())
-        # WHEN its sockets are read (netlink: it shares our network namespace)
+        # WHEN its sockets are read (through copies of its descriptors)
         by_pid, how = sockets.tcp_sockets([child.pid, 999999999])
         # THEN the three TCP sockets, not the UNIX pair; an unreadable process is None
-        assert how == "netlink"
+        assert how == "descriptors"
         assert by_pid[999999999] is None
         conns = sockets.connection_list(by_pid[child.pid], {})
         assert sorted((c["state"], c["local"] == f"127.0.0.1:{port}") for c in conns) == [
             ("ESTABLISHED", False), ("ESTABLISHED", True), ("LISTEN", True)]
         assert {c["interface"] for c in conns} == {"lo"}
-        assert len(sockets.socket_inodes(child.pid) or ()) == 5
+        assert len(sockets.socket_fds(child.pid) or ()) == 5
         # AND the text table of its namespace says the same
-        text = sockets._proc_net_tcp(child.pid, sockets.socket_inodes(child.pid))
+        text = sockets._proc_net_tcp(child.pid, set(sockets.socket_fds(child.pid).values()))
         assert sorted(text.values()) == sorted(by_pid[child.pid])
+        # AND so does netlink, where copies of descriptors are refused (its namespace is ours)
+        with pytest.MonkeyPatch.context() as patch:
+            _no_descriptors(patch)
+            via_netlink, how = sockets.tcp_sockets([child.pid])
+        assert how == "descriptors unavailable (no pidfd_getfd (test)), netlink"
+        assert sorted(via_netlink[child.pid]) == sorted(by_pid[child.pid])
     finally:
         child.kill()
         child.wait()
@@ -118,8 +144,10 @@ def test_inodes_of_another_process_and_both_readers(tmp_path: Path) -> None:
 
 def test_netlink_refused_falls_back_to_the_text_table(
         live_sockets: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN a kernel (or seccomp profile) that refuses NETLINK_SOCK_DIAG
+    # GIVEN a kernel (or seccomp profile) that refuses NETLINK_SOCK_DIAG, and no copies of
+    # descriptors either
     real = sockets.sock_diag_tcp(socket.AF_INET, {_inode(live_sockets[socket.AF_INET]["client"])})
+    _no_descriptors(monkeypatch)
 
     def refused(family: int, wanted: set[int], ids: dict | None = None) -> dict:
         raise PermissionError(13, "Permission denied")
@@ -128,7 +156,8 @@ def test_netlink_refused_falls_back_to_the_text_table(
     # WHEN this process's sockets are read
     by_pid, how = sockets.tcp_sockets([os.getpid()])
     # THEN they come from /proc/net/tcp, and the document says why
-    assert how == "netlink refused ([Errno 13] Permission denied), proc"
+    assert how == ("descriptors unavailable (no pidfd_getfd (test)), "
+                   "netlink refused ([Errno 13] Permission denied), proc")
     assert set(real.values()) <= set(by_pid[os.getpid()])
 
 
@@ -220,47 +249,57 @@ def _pair(family: int) -> tuple[socket.socket, socket.socket, socket.socket]:
     return listener, client, accepted
 
 
-@pytest.mark.parametrize("batch", [sockets.LOOKUP_BATCH, 2])
+@pytest.mark.parametrize("reader,batch", [("descriptors", None), ("netlink", sockets.LOOKUP_BATCH),
+                                          ("netlink", 2)])
 def test_connections_that_carried_data_are_told_from_idle_ones(
-        batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sockets, "LOOKUP_BATCH", batch)
+        reader: str, batch: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    if reader == "netlink":
+        _no_descriptors(monkeypatch)
+        monkeypatch.setattr(sockets, "LOOKUP_BATCH", batch)
     # GIVEN three connections of this process (IPv4 and IPv6), idle for 300 ms, then data
     # sent over one of them
     opened = [*_pair(socket.AF_INET), *_pair(socket.AF_INET), *_pair(socket.AF_INET6)]
+    later: list[socket.socket] = []
     try:
         time.sleep(0.3)
         busy_client, busy_server = opened[1], opened[2]
         busy_client.sendall(b"x" * 100)
         assert busy_server.recv(100)
-        # WHEN the sockets are read with their lookup keys, then looked up with their tcp_info
+        # WHEN the sockets are read with their keys and endpoints, then read again with their
+        # tcp_info
         ids: dict = {}
         _, how = sockets.tcp_sockets([os.getpid()], ids)
-        assert how == "netlink"
-        found = sockets.data_activity(ids[os.getpid()])
-        # THEN the established sockets are found (keys are kept for no other state), their
-        # addresses read back from their keys
+        assert how.endswith(reader)
+        ends = {key: (local, remote) for key, local, remote in ids[os.getpid()]}
+        found = sockets.recent_activity(ends)
+        # THEN the established sockets are found (keys are kept for no other state)
         listeners = {s.getsockname()[1] for s in opened[0::3]}
-        ends = {key: [int(e.rpartition(":")[2]) for e in sockets.key_endpoints(key)]
-                for key in found}
-        mine = {tuple(ends[key]): times for key, times in found.items()
-                if listeners & set(ends[key])}
+        ports = {key: tuple(int(e.rpartition(":")[2]) for e in ends[key]) for key in found}
+        mine = {ports[key]: times for key, times in found.items() if listeners & set(ports[key])}
         assert len(mine) == 6, mine
-        assert {sockets.key_endpoints(k)[0].startswith("[::1]:") for k in found} >= {True, False}
+        assert {ends[key][0].startswith("[::1]:") for key in found} >= {True, False}
         # AND the connection that carried data says so on both ends: the client sent, the
         # accepted end received, just now; every other direction and connection is idle
         client = (busy_client.getsockname()[1], busy_client.getpeername()[1])
         assert mine[client][0] < 250 <= mine[client][1]
         assert mine[client[::-1]][1] < 250 <= mine[client[::-1]][0]
-        idle = [times for ends, times in mine.items() if ends not in (client, client[::-1])]
+        idle = [times for ends_, times in mine.items() if ends_ not in (client, client[::-1])]
         assert len(idle) == 4 and all(min(times) >= 250 for times in idle), mine
         # AND a connection closed meanwhile (both ends: one gone, one in TIME_WAIT, which has
-        # no tcp_info) is left out, the others still found
+        # no tcp_info) is left out, the others still found, though new sockets now hold the
+        # closed ones' descriptor numbers (and carried data just now)
+        gone = {tuple(f"{end[0]}:{end[1]}" for end in (s.getsockname(), s.getpeername()))
+                for s in opened[4:6]}
         opened[4].close()
         opened[5].close()
         time.sleep(0.05)
-        assert len(sockets.data_activity(ids[os.getpid()])) == len(found) - 2
+        later = [*_pair(socket.AF_INET)]
+        later[1].sendall(b"y")
+        again = sockets.recent_activity(ends)
+        assert len(again) == len(found) - 2
+        assert {ends[key] for key in found if key not in again} == gone
     finally:
-        for sock in opened:
+        for sock in opened + later:
             sock.close()
 
 
@@ -277,3 +316,52 @@ def test_listening_sockets_are_listed_first_and_kept_past_the_cap() -> None:
     assert len(listed) == sockets.MAX_CONNECTIONS
     assert listed[0]["local"] == "0.0.0.0:29500" and listed[0]["state"] == "LISTEN"
     assert {c["state"] for c in listed[1:]} == {"ESTABLISHED"}
+
+
+def test_a_process_in_another_network_namespace_is_read_through_its_descriptors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
+        pytest.skip("needs root, unshare and ip for a network namespace")
+    # GIVEN a process in a network namespace of its own: a listener and a connection to it on
+    # its loopback, data sent over the connection every 50 ms
+    ready = tmp_path / "ready"
+    program = (
+        "import socket, sys, time\n"
+        "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n"
+        "c = socket.create_connection(l.getsockname()); a, _ = l.accept()\n"
+        "open(sys.argv[1], 'w').write(str(l.getsockname()[1]))\n"
+        "while True:\n"
+        "    c.sendall(b'x'); a.recv(1); time.sleep(0.05)\n"
+    )
+    child = subprocess.Popen(["unshare", "--net", "sh", "-c",
+                              'ip link set lo up && exec "$0" -c "$1" "$2"',
+                              sys.executable, program, str(ready)])
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() or not ready.read_text():
+            assert time.monotonic() < deadline, "child did not start"
+            time.sleep(0.05)
+        port = int(ready.read_text())
+        assert sockets._netns(child.pid) != sockets._netns("self")
+        # WHEN its sockets are read, and read again with their tcp_info
+        ids: dict = {}
+        by_pid, how = sockets.tcp_sockets([child.pid], ids)
+        activity = sockets.recent_activity(key for key, _, _ in ids[child.pid])
+        # THEN the three sockets of its namespace (our own has no such listener)
+        assert how == "descriptors"
+        assert sorted(s[4] for s in by_pid[child.pid]) == ["ESTABLISHED", "ESTABLISHED", "LISTEN"]
+        assert ("127.0.0.1", port, "0.0.0.0", 0, "LISTEN", 0, 0) in by_pid[child.pid]
+        # AND both ends of its connection carried data in the last half second
+        assert len(activity) == 2 and all(max(times) < 500 for times in activity.values()), activity
+        # AND without copies of descriptors its namespace's text table gives the same sockets,
+        # with no keys to read again (netlink answers for our namespace only)
+        _no_descriptors(monkeypatch)
+        ids = {}
+        text, how = sockets.tcp_sockets([child.pid], ids)
+        assert how == "descriptors unavailable (no pidfd_getfd (test)), proc"
+        # (the queues left out: data moves meanwhile)
+        assert sorted(s[:5] for s in text[child.pid]) == sorted(s[:5] for s in by_pid[child.pid])
+        assert ids == {child.pid: []}
+    finally:
+        child.kill()
+        child.wait()
