@@ -35,11 +35,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "slurmdiag" / "collector"
 # Not modules of the collector program: the package's docstring, the node command's -c program,
 # the node side of a bundle (sent apart, see loader.py), and doctor's own node program.
 NOT_BUNDLED = {"__init__", "loader", "bundle", "doctor_node"}
-# C modules the collector uses instead of json, signal and socket (start-up cost), and the
-# pure-Python ones it imports only off the normal path.
+# C modules the collector uses instead of json, signal, socket and ctypes (start-up cost), and
+# the pure-Python ones it imports only off the normal path.
 NODE_STDLIB = {
     "_json", "_signal", "_socket", "_struct", "_thread", "select", "posix", "sys", "time",
-    "marshal", "zlib", "binascii", "json", "traceback",
+    "marshal", "zlib", "binascii", "json", "traceback", "_ctypes", "fcntl", "termios",
 }
 
 

@@ -61,8 +61,9 @@ def test_payload_is_only_the_compressed_source_and_fits_in_one_argv_string():
     digest, source = collector_payload()
     # Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN); the payload is far below it
     # (42 KiB once the sock_diag reader and the Flight Recorder checks were both in, 48 KiB
-    # with the collector a package and the dump read by columns): a guard against growth
-    assert len(source) < 56 * 1024
+    # with the collector a package and the dump read by columns, 57 KiB with the sockets read
+    # through descriptors and recent traffic): a guard against growth
+    assert len(source) < 64 * 1024
     assert len(digest) == 20 and int(digest, 16) >= 0
 
 
