@@ -776,6 +776,10 @@ class RankDigest:
     cpu_fraction: float | None = None  # main thread's CPU over the samples (cores), measured
     io_rate: float | None = None  # bytes/s read+written (rchar+wchar) over the samples
     side_threads: tuple[str, ...] = ()  # other threads with the job's own code, not idle
+    # another thread waiting in a collective in every sample that shows it: (its label, stack)
+    side_collective: tuple[str, StackInfo] | None = None
+    # another thread holding the GIL, idle, in every sample, the main thread idle without it
+    gil_holder: tuple[str, StackInfo] | None = None
     stationary: bool = True  # same stack in every sample (trivially so with one sample)
     settled: bool = True  # stationary, or waiting at one collective with the inside moving
     moving_key: tuple[FrameKey, ...] | None = None  # stable prefix + function, outermost first
@@ -838,6 +842,60 @@ def _side_threads(sample: Sample, main: ThreadStack | None) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _side_collective(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]
+                     ) -> tuple[str, StackInfo] | None:
+    """A thread other than main stuck in a collective: in one in the last sample, at the same
+    place in every sample that shows it, and (when its CPU time was read in two samples) not
+    run since the first: ("name (file:line)", its stack). The main thread may be waiting for it
+    (a join, a future, a queue): an asynchronous checkpoint writer in its barrier, a backward
+    pass whose hooks run collectives on autograd's threads. A thread that only passes through
+    collectives (a metrics loop) runs between the samples."""
+    last, main = mains[-1]
+    for thread in last.threads:
+        if _same_thread(thread, main) or not thread.frames:
+            continue
+        info = table[table.add(thread.frames)]
+        if info.kind != "collective":
+            continue
+        seen = [t for sample, m in mains for t in sample.threads
+                if t.thread_id == thread.thread_id and not _same_thread(t, m)]
+        if any(not t.frames or table[table.add(t.frames)].position != info.position
+               for t in seen):
+            continue
+        times = [t.cpu_s for t in seen if t.cpu_s is not None]
+        if len(times) >= 2 and times[-1] - times[0] > CPU_TICK_S:
+            continue
+        return f"{thread.name or thread.thread_id} ({info.site})", info
+    return None
+
+
+def _gil_holder(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]
+                ) -> tuple[str, StackInfo] | None:
+    """A thread other than main that holds the GIL while idle (blocked in a call that kept
+    it: a C extension without Py_BEGIN_ALLOW_THREADS, ctypes.PyDLL) in every sample, at the
+    same stack and (when its CPU time was read twice) not run since the first, while the main
+    thread, idle, holds it in none: ("name (file:line)", its stack). That main thread stopped
+    at its next switch of the GIL, wherever it was: its own line says nothing of the cause."""
+    last, main = mains[-1]
+    if any(m.owns_gil or m.active for _, m in mains):
+        return None
+    holder = next((t for t in last.threads if t.owns_gil and not t.active and t.frames
+                   and not _same_thread(t, main)), None)
+    if holder is None:
+        return None
+    sid = table.add(holder.frames)
+    seen = [t for sample, _ in mains for t in sample.threads if t.thread_id == holder.thread_id]
+    if len(seen) != len(mains) or any(
+            not t.owns_gil or t.active or not t.frames or table.add(t.frames) != sid
+            for t in seen):
+        return None
+    times = [t.cpu_s for t in seen if t.cpu_s is not None]
+    if len(times) >= 2 and times[-1] - times[0] > CPU_TICK_S:
+        return None
+    info = table[sid]
+    return f"{holder.name or holder.thread_id} ({info.site})", info
+
+
 CPU_TICK_S = 0.01  # the resolution of the collector's CPU times (USER_HZ 100)
 
 
@@ -883,6 +941,8 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
     multi = any(len(s.threads) > 1 for s in proc.samples)
     busy = _busy_threads(proc.samples, main) if multi else ()
     side = _side_threads(last_sample, main) if multi and last_sample is not None else ()
+    waits = _side_collective(table, mains) if multi and mains else None
+    holder = _gil_holder(table, mains) if multi and mains else None
     cpu, io = _usage(proc.samples, mains)
     return RankDigest(
         rank=rank,
@@ -896,6 +956,8 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
         cpu_fraction=cpu,
         io_rate=io,
         side_threads=side,
+        side_collective=waits,
+        gil_holder=holder,
     )
 
 

@@ -132,6 +132,11 @@ STARTUP_OPS = frozenset(
     {"init_process_group", "rendezvous", "_store_based_barrier", "new_group", "init_device_mesh"}
 )
 STRAGGLER_STEPS = {
+    "gil": (
+        "the thread named holds the GIL inside a call that blocks (a C extension that does not "
+        "release it, ctypes.PyDLL): `py-spy dump --native --pid PID` shows its C frames; release "
+        "the GIL around the call, give it a timeout, or move it to a process"
+    ),
     "data_loading": (
         "look at this rank's DataLoader workers (py-spy dump their pids; a dead or deadlocked "
         "worker stalls the queue), reproduce with num_workers=0, and make every rank see the "
@@ -180,6 +185,7 @@ _BLOCK_PHRASES = {
     "kernel": "in uninterruptible kernel sleep (state D)",
     "child": "waiting for a child process",
     "stopped": "stopped (state T)",
+    "gil": "stopped on the GIL",
 }
 
 _WCHAN_HINTS = (
@@ -265,6 +271,7 @@ class _Status:
     info: StackInfo | None = None
     group: str | None = None  # the process group of its collective, when read (groups.py)
     members: tuple[int, ...] = ()  # that group's ranks
+    via: str | None = None  # waiting through another thread: "thread T; its main thread ..."
 
     @property
     def rank(self) -> int:
@@ -319,7 +326,37 @@ def _measured_work(digest: RankDigest) -> bool | None:
     return digest.cpu_fraction >= WORKING_CPU or (digest.io_rate or 0.0) >= WORKING_IO_RATE
 
 
+# A main thread blocked in these ways waits on something of its own (a child process, the kernel's
+# I/O, a stop signal), not on another of its threads.
+_OWN_BLOCKS = frozenset({"child", "kernel", "stopped"})
+
+
 def _status(merge: StackMerge, digest: RankDigest) -> _Status:
+    """The rank's status from its main thread, unless another thread decides it:
+
+    - a thread holding the GIL in a blocked call while the main thread waits for it (wherever
+      that is, even on its way back from a collective): blocked there (gil_held_native);
+    - a main thread blocked (a join, a future, a queue) while another thread waits in a
+      collective: the rank waits in that collective, through that thread (an asynchronous
+      checkpoint writer in its barrier: async_checkpoint_skip)."""
+    status = _main_status(merge, digest)
+    holder = digest.gil_holder
+    if (holder is not None and status.status in ("waiting", "blocked")
+            and status.kind not in _OWN_BLOCKS):
+        label, info = holder
+        return _Status(digest, "blocked", "gil", info.site, None, None, info,
+                       via=f"held by thread {label.split(' (')[0]}, idle in a call there; its main "
+                       f"thread stopped at {status.site}")
+    side = digest.side_collective
+    if status.status != "blocked" or side is None or status.kind in _OWN_BLOCKS:
+        return status
+    label, info = side
+    main = f"its main thread {_where(status)}"
+    return _Status(digest, "waiting", "collective", info.site, info.op, info.position, info,
+                   via=f"thread {label.split(' (')[0]}; {main}")
+
+
+def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
     proc = digest.proc
     state = (proc.state or "").strip().upper()[:1]
     if state in ("Z", "X"):
@@ -496,12 +533,14 @@ def _group_by(statuses: Iterable[_Status], key) -> dict[object, list[_Status]]: 
 
 def _where(s: _Status) -> str:
     if s.status == "waiting":
-        return f"{s.op}{f' on {s.group}' if s.group else ''} at {s.site}"
+        via = f" ({s.via})" if s.via else ""
+        return f"{s.op}{f' on {s.group}' if s.group else ''} at {s.site}{via}"
     if s.status == "busy":
         return f"{'moving in' if not s.digest.stationary else 'busy at'} {s.site}"
     if s.status == "blocked":
         phrase = _BLOCK_PHRASES.get(s.kind, s.kind)
-        return f"{phrase} at {s.site}" if s.site else phrase
+        via = f" ({s.via})" if s.via else ""
+        return f"{phrase} at {s.site}{via}" if s.site else phrase
     return s.kind
 
 

@@ -826,3 +826,118 @@ def test_a_healthy_job_paced_by_the_store_still_progresses() -> None:
 
     assert _store_ports([r for _, r in snapshot.all_ranks()]) == {"20008"}
     assert top(map_ranks(snapshot, store_only)).kind != "progressing"
+
+
+def writer_thread(mode: str) -> Snapshot:
+    """async_checkpoint_skip (real): ranks 0, 1, 3's main threads wait in join() for their
+    'ckpt-writer' thread, which waits in a barrier on a checkpoint process group; rank 2
+    skipped the checkpoint and waits in the next step's all_reduce."""
+    return Snapshot.from_json(
+        (ACCURACY / f"async_checkpoint_skip.{mode}.writer_thread.json").read_text())
+
+
+def _writers(snapshot: Snapshot, change) -> Snapshot:  # type: ignore[no-untyped-def]
+    """The snapshot with change(sample index, writer thread) applied to every writer thread."""
+    def rank(r):  # type: ignore[no-untyped-def]
+        samples = tuple(
+            replace(s, threads=tuple(change(i, t) if t.name == "ckpt-writer" else t
+                                     for t in s.threads))
+            for i, s in enumerate(r.samples))
+        return replace(r, samples=samples)
+    return map_ranks(snapshot, rank)
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_a_rank_waits_in_the_collective_its_main_thread_waits_for(mode: str) -> None:
+    # GIVEN the three ranks whose main thread is blocked in join() on a thread that waits in
+    # a barrier, and the one rank that skipped that barrier, in the next all_reduce
+    v = top(writer_thread(mode))
+    # THEN the three wait in the barrier through their writer thread: the one elsewhere is
+    # the culprit, at its all_reduce (not the three, "blocked on a lock")
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (2,)), v
+    assert v.sites[0].endswith("async_checkpoint_skip.py:59")
+    assert "barrier at" in v.summary and "(thread ckpt-writer; its main thread blocked on a lock at" in v.summary
+
+
+def test_a_thread_that_runs_between_the_samples_only_passes_through_its_collective() -> None:
+    # GIVEN the same stacks, but the writer threads use CPU between the samples (a metrics
+    # loop that all_reduces again and again is caught in the same call every time)
+    busy = _writers(writer_thread("default"),
+                    lambda i, t: replace(t, cpu_s=(t.cpu_s or 0.0) + 0.3 * i))
+    # THEN they are not where the ranks wait: the main threads' own wait is taken
+    v = top(busy)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (0, 1, 3)), v
+    # AND neither is a thread seen in the collective in the last sample only
+    passing = _writers(writer_thread("default"),
+                       lambda i, t: t if i == 2 else replace(t, frames=t.frames[1:]))
+    assert top(passing).kind == "straggler"
+
+
+def gil_holder(mode: str) -> Snapshot:
+    """gil_held_native (real): rank 1's 'shipper' thread holds the GIL in a write that blocks
+    (libc's, through ctypes.PyDLL); its main thread stopped on the GIL in synthetic_batch;
+    ranks 0, 2, 3 wait in the gradient all_reduce."""
+    return Snapshot.from_json(
+        (ACCURACY / f"gil_held_native.{mode}.gil_holder.json").read_text())
+
+
+def _rank1_threads(snapshot: Snapshot, change) -> Snapshot:  # type: ignore[no-untyped-def]
+    """change(sample index, thread) applied to every thread of rank 1."""
+    def rank(r):  # type: ignore[no-untyped-def]
+        if r.rank != 1:
+            return r
+        return replace(r, samples=tuple(
+            replace(s, threads=tuple(change(i, t) for t in s.threads))
+            for i, s in enumerate(r.samples)))
+    return map_ranks(snapshot, rank)
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_a_thread_holding_the_gil_in_a_blocked_call_is_where_the_rank_stopped(mode: str) -> None:
+    # GIVEN rank 1, whose main thread stopped on the GIL that its shipper thread holds in a
+    # blocked write
+    v = top(gil_holder(mode))
+    # THEN it is the straggler, at the shipper's call, not at the main thread's chance line
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert v.sites == (v.sites[0],) and v.sites[0].endswith("gil_held_native.py:45")
+    assert "stopped on the GIL at" in v.summary and "held by thread shipper" in v.summary
+    assert "_training.py:26" in v.summary  # where the main thread stopped, said
+
+
+def test_the_gil_holder_is_found_when_the_main_thread_stopped_inside_a_collective() -> None:
+    # GIVEN the same rank whose main thread stopped on its way back from an all_reduce: its
+    # stack is the others' wait (rank 0's main thread, copied)
+    snapshot = gil_holder("default")
+    waiting = next(t for _, r in snapshot.all_ranks() if r.rank == 0
+                   for t in r.samples[-1].threads if t.name == "MainThread")
+    looks_waiting = _rank1_threads(snapshot, lambda i, t: replace(t, frames=waiting.frames)
+                                   if t.name == "MainThread" else t)
+    # THEN the thread that holds the GIL still says where rank 1 stopped
+    v = top(looks_waiting)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert v.sites[0].endswith("gil_held_native.py:45")
+
+
+@pytest.mark.parametrize("change", ["holder runs", "holder active", "main holds the gil",
+                                    "holder seen once"])
+def test_a_gil_holder_that_is_not_stuck_does_not_decide(change: str) -> None:
+    # GIVEN variations that make the shipper a thread merely caught with the GIL: it used CPU
+    # between the samples, py-spy saw it running, the main thread held the GIL itself, or the
+    # shipper held it in the last sample only
+    def vary(i: int, t: ThreadStack) -> ThreadStack:
+        if change == "main holds the gil" and t.name == "MainThread" and i == 0:
+            return replace(t, owns_gil=True)
+        if t.name != "shipper":
+            return t
+        if change == "holder runs":
+            return replace(t, cpu_s=(t.cpu_s or 0.0) + 0.2 * i)
+        if change == "holder active" and i == 1:
+            return replace(t, active=True)
+        if change == "holder seen once" and i < 2:
+            return replace(t, owns_gil=False)
+        return t
+
+    v = top(_rank1_threads(gil_holder("default"), vary))
+    # THEN the main thread's own line decides again (the culprit is still rank 1)
+    assert v.culprit_ranks == (1,), v
+    assert not v.sites[0].endswith("gil_held_native.py:45"), v
