@@ -391,6 +391,9 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
         if _measured_work(digest):
             # its CPU or I/O advance: working (reading, writing, computing), not blocked
             return _Status(digest, "busy", info.kind, info.site, None, None, info)
+        if info.kind == "data_loading" and _workers_running(proc):
+            # waiting for DataLoader workers that compute: the rank works through them
+            return _Status(digest, "busy", "input", info.site, None, None, info)
         # subprocess.run's wait is "I/O" by its frames; the kernel says it waits for a child
         kind = "child" if _wchan_hint(proc.wchan) == "child" else info.kind
         return _Status(digest, "blocked", kind, info.site, None, None, info)
@@ -400,6 +403,13 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
     if state == "D":
         hint = "kernel"
     return _Status(digest, "blocked", hint or "blocked", info.site, None, None, info)
+
+
+def _workers_running(proc: Rank) -> list[WorkerProcess]:
+    """The rank's DataLoader workers on a CPU: runnable (state R), or at least WORKING_CPU of a
+    core over the collection window."""
+    return [w for w in proc.workers if w.role == "dataloader_worker"
+            and ((w.state or "")[:1] == "R" or (w.cpu_percent or 0.0) >= 100 * WORKING_CPU)]
 
 
 def _view(status: _Status) -> RankView:
@@ -905,6 +915,57 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
     )
 
 
+def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
+    """Ranks waiting for DataLoader workers that compute, the others waiting for them in a
+    collective: an input pipeline slower than the step looks the same as a worker that never
+    finishes, so it is said (info, low confidence), like a slow compute step (_slow_step). A
+    rank whose workers are idle, blocked or gone stays a straggler (blocked_outside_collective,
+    a deadlocked worker)."""
+    ranks = [s.rank for s in inputs]
+    sites = _unique(s.site for s in inputs)
+    workers = [
+        f"rank {s.rank}: DataLoader worker pid {w.pid} state {w.state or '?'}"
+        + (f", {w.cpu_percent:.0f}% CPU" if w.cpu_percent is not None else "")
+        + (f", at {site}" if (site := _worker_site(w)) else "")
+        for s in inputs for w in _workers_running(s.digest.proc)
+    ]
+    why = (
+        f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for DataLoader workers that run "
+        "on the CPU: an input pipeline slower than the look is the same sight as a worker that "
+        "never finishes; a dead, idle or blocked worker is called a straggler"
+    )
+    summary = (
+        f"a slow input pipeline or a hang, cannot tell: {_ranks_label(ranks)} "
+        f"{_verb(ranks, 'waits', 'wait')} for {'its' if len(ranks) == 1 else 'their'} DataLoader "
+        f"workers, which compute, at {', '.join(sites[:3])} while {_waiting_phrase(waiting)}"
+    )
+    return Verdict(
+        kind=VerdictKind.SLOW_STEP,
+        severity="info",
+        confidence="low",
+        summary=summary,
+        culprit_ranks=tuple(ranks),
+        sites=sites,
+        evidence=(*[_proc_evidence(s) for s in inputs[:8]], *workers[:8],
+                  *_group_evidence(waiting, limit=4), why),
+        next_step=(
+            "attach again in a minute: if the step counter moved, the input pipeline is only "
+            "slow (more workers, lighter decoding); if every worker is still in the same "
+            "function, py-spy dump --pid WORKER shows where it loops"
+        ),
+    )
+
+
+def _worker_site(worker: WorkerProcess) -> str | None:
+    """file:line of the innermost frame of the job's own code in the worker's first sample."""
+    for sample in worker.samples:
+        for thread in sample.threads:
+            for frame in thread.frames:
+                if is_user_file(frame.file):
+                    return f"{frame.file}:{frame.line}"
+    return None
+
+
 def _unsampled_straggler(unsampled: list[_Status], waiting: list[_Status]) -> Verdict:
     """Everyone waits in one collective except ranks py-spy could not read: suspect those."""
     ranks = [s.rank for s in unsampled]
@@ -1310,7 +1371,10 @@ def _hang_verdicts(
         verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
     if blocked and (waiting or dead or layout.missing):
         verdicts.append(_straggler(blocked, waiting, severity))
-    if busy and (waiting or dead or layout.missing):
+    inputs = [s for s in busy if s.kind == "input"]
+    if busy and waiting and len(inputs) == len(busy) and not verdicts:
+        verdicts.append(_slow_input(inputs, waiting))
+    elif busy and (waiting or dead or layout.missing):
         native = [s for s in busy if _native_step(s)]
         gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
         # one slow rank waited for by the rest, on CPU: with NCCL a hung collective surfaces
@@ -1520,7 +1584,9 @@ def _busy_everywhere(busy: list[_Status], idle: list[_Status] | None = None) -> 
             f"{_ranks_label(s.rank for s in idle)} at the same stack used no CPU in the window: "
             "starved on a crowded node or held by strace, counted with the ranks computing there"
         )
-    if measured:
+    if all(s.kind == "input" for s in busy):
+        why = "their DataLoader workers compute"
+    elif measured:
         low = min(s.digest.cpu_fraction or 0.0 for s in measured)
         why = f"their main threads used CPU between samples (at least {100 * low:.0f} % of a core)"
     else:
@@ -1530,8 +1596,10 @@ def _busy_everywhere(busy: list[_Status], idle: list[_Status] | None = None) -> 
         kind=VerdictKind.PROGRESSING,
         severity="info",
         summary=(
-            f"not hung: {_ranks_label(s.rank for s in busy)} compute in their own code with no "
-            f"collective or synchronisation on their stacks; {why}"
+            f"not hung: {_ranks_label(s.rank for s in busy)} "
+            + ("wait for their DataLoader workers" if why.startswith("their DataLoader")
+               else "compute in their own code")
+            + f" with no collective or synchronisation on their stacks; {why}"
         ),
         sites=_unique(s.site for s in busy),
         evidence=tuple(evidence),

@@ -390,10 +390,17 @@ def stat_outputs(paths: Sequence[str]) -> list[OutputFile] | None:
 
 
 def classify_verdicts(verdicts: Sequence[Verdict]) -> tuple[bool, tuple[Verdict, ...]]:
-    """(stuck, the hang verdicts): stuck when a hang kind is critical/warning and nothing moves."""
+    """(stuck, the hang verdicts): stuck when a hang kind is critical/warning and nothing moves.
+
+    A ``slow_step`` ("a slow step or a hang, cannot tell": ranks computing, or waiting for
+    DataLoader workers that compute, while the others wait, seen for a few seconds) counts too:
+    the watchdog only confirms jobs whose output has not grown for ``stale_after``, and a step
+    that long is the hang the short look could not tell."""
     if any(v.kind in PROGRESS_KINDS for v in verdicts):
         return False, ()
-    hang = tuple(v for v in verdicts if v.kind in HANG_KINDS and v.severity in HANG_SEVERITIES)
+    hang = tuple(v for v in verdicts
+                 if (v.kind in HANG_KINDS and v.severity in HANG_SEVERITIES)
+                 or v.kind == VerdictKind.SLOW_STEP)
     return bool(hang), hang
 
 

@@ -941,3 +941,32 @@ def test_a_gil_holder_that_is_not_stuck_does_not_decide(change: str) -> None:
     # THEN the main thread's own line decides again (the culprit is still rank 1)
     assert v.culprit_ranks == (1,), v
     assert not v.sites[0].endswith("gil_held_native.py:45"), v
+
+
+def busy_workers() -> Snapshot:
+    """input_bound (real, --samples 1): rank 0's main thread waits for its next batch in the
+    DataLoader while its two workers decode (state R, 13-17 % CPU on the crowded node); ranks
+    1-3 wait for it in the gradient all_reduce. A healthy job bound by its input pipeline."""
+    return Snapshot.from_json((ACCURACY / "input_bound.samples1.busy_workers.json").read_text())
+
+
+def test_a_rank_waiting_for_workers_that_compute_is_a_slow_input_not_a_straggler() -> None:
+    # GIVEN the input-bound job caught with rank 0 waiting for its workers
+    v = top(busy_workers())
+    # THEN no alarm: a slow input pipeline or a hang, the look cannot tell, and says so
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
+    assert v.summary.startswith("a slow input pipeline or a hang, cannot tell: rank 0 waits")
+    workers = [e for e in v.evidence if "DataLoader worker pid" in e]
+    assert len(workers) == 2 and all("state R" in e and "input_bound.py:" in e for e in workers)
+
+
+def test_a_rank_waiting_for_idle_workers_is_the_straggler() -> None:
+    # GIVEN the same sight, but rank 0's workers idle (a deadlocked or starved worker: state
+    # S, no CPU)
+    def idle(rank):  # type: ignore[no-untyped-def]
+        return replace(rank, workers=tuple(replace(w, state="S (sleeping)", cpu_percent=0.0)
+                                           for w in rank.workers))
+    v = top(map_ranks(busy_workers(), idle))
+    # THEN rank 0 is blocked in data loading: the straggler
+    assert (v.kind, v.culprit_ranks) == ("straggler", (0,)), v
+    assert v.severity == "warning"  # one sample

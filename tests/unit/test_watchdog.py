@@ -839,6 +839,11 @@ def test_classify_verdicts() -> None:
     assert classify_verdicts([hang, moving]) == (False, ())
     assert classify_verdicts([nic]) == (False, ())
     assert classify_verdicts([Verdict("idle", "info", "sleeping")]) == (False, ())
+    # "a slow step or a hang, cannot tell" (info): in a job whose output has not grown for
+    # stale_after (the only jobs the watchdog confirms), the hang
+    slow = Verdict("slow_step", "info", "a slow step or a hang, cannot tell: ...", (3,))
+    assert classify_verdicts([slow, nic]) == (True, (slow,))
+    assert classify_verdicts([slow, moving]) == (False, ())
     assert classify_verdicts(analyze(hung_snapshot("1")).verdicts)[0] is True
     assert classify_verdicts(analyze(healthy_snapshot("1")).verdicts)[0] is False
 
