@@ -926,7 +926,7 @@ def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
     workers = [
         f"rank {s.rank}: DataLoader worker pid {w.pid} state {w.state or '?'}"
         + (f", {w.cpu_percent:.0f}% CPU" if w.cpu_percent is not None else "")
-        + (f", at {site}" if (site := _worker_site(w)) else "")
+        + (f", in {site}" if (site := _worker_site(w)) else "")
         for s in inputs for w in _workers_running(s.digest.proc)
     ]
     why = (
@@ -957,12 +957,13 @@ def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
 
 
 def _worker_site(worker: WorkerProcess) -> str | None:
-    """file:line of the innermost frame of the job's own code in the worker's first sample."""
+    """"function (file:line)" of the innermost frame of the job's own code in the worker's
+    first sample."""
     for sample in worker.samples:
         for thread in sample.threads:
             for frame in thread.frames:
                 if is_user_file(frame.file):
-                    return f"{frame.file}:{frame.line}"
+                    return f"{frame.function} ({frame.file}:{frame.line})"
     return None
 
 

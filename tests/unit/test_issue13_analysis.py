@@ -957,7 +957,8 @@ def test_a_rank_waiting_for_workers_that_compute_is_a_slow_input_not_a_straggler
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert v.summary.startswith("a slow input pipeline or a hang, cannot tell: rank 0 waits")
     workers = [e for e in v.evidence if "DataLoader worker pid" in e]
-    assert len(workers) == 2 and all("state R" in e and "input_bound.py:" in e for e in workers)
+    assert len(workers) == 2 and all("state R" in e and "in decode_record (" in e
+                                     and "input_bound.py:" in e for e in workers), workers
 
 
 def test_a_rank_waiting_for_idle_workers_is_the_straggler() -> None:
