@@ -776,9 +776,10 @@ class RankDigest:
     cpu_fraction: float | None = None  # main thread's CPU over the samples (cores), measured
     io_rate: float | None = None  # bytes/s read+written (rchar+wchar) over the samples
     side_threads: tuple[str, ...] = ()  # other threads with the job's own code, not idle
-    # another thread waiting in a collective in every sample that shows it: (its label, stack)
+    # another thread stuck in a collective: (its name, its stack)
     side_collective: tuple[str, StackInfo] | None = None
-    # another thread holding the GIL, idle, in every sample, the main thread idle without it
+    # another thread holding the GIL, idle, in every sample, the main thread idle without it:
+    # (its name, its stack)
     gil_holder: tuple[str, StackInfo] | None = None
     stationary: bool = True  # same stack in every sample (trivially so with one sample)
     settled: bool = True  # stationary, or waiting at one collective with the inside moving
@@ -846,10 +847,9 @@ def _side_collective(table: StackTable, mains: Sequence[tuple[Sample, ThreadStac
                      ) -> tuple[str, StackInfo] | None:
     """A thread other than main stuck in a collective: in one in the last sample, at the same
     place in every sample that shows it, and (when its CPU time was read in two samples) not
-    run since the first: ("name (file:line)", its stack). The main thread may be waiting for it
-    (a join, a future, a queue): an asynchronous checkpoint writer in its barrier, a backward
-    pass whose hooks run collectives on autograd's threads. A thread that only passes through
-    collectives (a metrics loop) runs between the samples."""
+    run since the first: (its name, its stack). The main thread may be waiting for it (a join,
+    a future, a queue): an asynchronous checkpoint writer in its barrier. A thread that only
+    passes through collectives (a metrics loop) runs between the samples."""
     last, main = mains[-1]
     for thread in last.threads:
         if _same_thread(thread, main) or not thread.frames:
@@ -865,7 +865,7 @@ def _side_collective(table: StackTable, mains: Sequence[tuple[Sample, ThreadStac
         times = [t.cpu_s for t in seen if t.cpu_s is not None]
         if len(times) >= 2 and times[-1] - times[0] > CPU_TICK_S:
             continue
-        return f"{thread.name or thread.thread_id} ({info.site})", info
+        return str(thread.name or thread.thread_id), info
     return None
 
 
@@ -874,7 +874,7 @@ def _gil_holder(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]
     """A thread other than main that holds the GIL while idle (blocked in a call that kept
     it: a C extension without Py_BEGIN_ALLOW_THREADS, ctypes.PyDLL) in every sample, at the
     same stack and (when its CPU time was read twice) not run since the first, while the main
-    thread, idle, holds it in none: ("name (file:line)", its stack). That main thread stopped
+    thread, idle, holds it in none: (its name, its stack). That main thread stopped
     at its next switch of the GIL, wherever it was: its own line says nothing of the cause."""
     last, main = mains[-1]
     if any(m.owns_gil or m.active for _, m in mains):
@@ -892,8 +892,7 @@ def _gil_holder(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]
     times = [t.cpu_s for t in seen if t.cpu_s is not None]
     if len(times) >= 2 and times[-1] - times[0] > CPU_TICK_S:
         return None
-    info = table[sid]
-    return f"{holder.name or holder.thread_id} ({info.site})", info
+    return str(holder.name or holder.thread_id), table[sid]
 
 
 CPU_TICK_S = 0.01  # the resolution of the collector's CPU times (USER_HZ 100)

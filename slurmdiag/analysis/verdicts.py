@@ -343,17 +343,16 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
     holder = digest.gil_holder
     if (holder is not None and status.status in ("waiting", "blocked")
             and status.kind not in _OWN_BLOCKS):
-        label, info = holder
+        name, info = holder
         return _Status(digest, "blocked", "gil", info.site, None, None, info,
-                       via=f"held by thread {label.split(' (')[0]}, idle in a call there; its main "
-                       f"thread stopped at {status.site}")
+                       via=f"held by thread {name}, idle in a call there; its main thread "
+                       f"stopped at {status.site}")
     side = digest.side_collective
     if status.status != "blocked" or side is None or status.kind in _OWN_BLOCKS:
         return status
-    label, info = side
-    main = f"its main thread {_where(status)}"
+    name, info = side
     return _Status(digest, "waiting", "collective", info.site, info.op, info.position, info,
-                   via=f"thread {label.split(' (')[0]}; {main}")
+                   via=f"thread {name}; its main thread {_where(status)}")
 
 
 def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
@@ -1372,18 +1371,20 @@ def _hang_verdicts(
         verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
     if blocked and (waiting or dead or layout.missing):
         verdicts.append(_straggler(blocked, waiting, severity))
+    # ranks waiting for DataLoader workers that compute are never the spinners themselves
     inputs = [s for s in busy if s.kind == "input"]
-    if busy and waiting and len(inputs) == len(busy) and not verdicts:
+    computing = [s for s in busy if s.kind != "input"]
+    if inputs and waiting and not computing and not verdicts:
         verdicts.append(_slow_input(inputs, waiting))
-    elif busy and (waiting or dead or layout.missing):
-        native = [s for s in busy if _native_step(s)]
+    if computing and (waiting or dead or layout.missing):
+        native = [s for s in computing if _native_step(s)]
         gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
         # one slow rank waited for by the rest, on CPU: with NCCL a hung collective surfaces
         # as ranks busy without the GIL at the next sync (.item()), and that stays "spinning"
-        if len(native) == len(busy) < len(waiting) and not verdicts and not gpus:
-            verdicts.append(_slow_step(busy, waiting))
+        if len(native) == len(computing) < len(waiting) and not verdicts and not gpus:
+            verdicts.append(_slow_step(computing, waiting))
         else:
-            verdicts.append(_spinning(busy, waiting, severity))
+            verdicts.append(_spinning(computing, waiting, severity))
     if not verdicts and unsampled and waiting and len({s.position for s in waiting}) == 1:
         verdicts.append(_unsampled_straggler(unsampled, waiting))
     if not verdicts:
@@ -1585,7 +1586,8 @@ def _busy_everywhere(busy: list[_Status], idle: list[_Status] | None = None) -> 
             f"{_ranks_label(s.rank for s in idle)} at the same stack used no CPU in the window: "
             "starved on a crowded node or held by strace, counted with the ranks computing there"
         )
-    if all(s.kind == "input" for s in busy):
+    inputs_only = all(s.kind == "input" for s in busy)
+    if inputs_only:
         why = "their DataLoader workers compute"
     elif measured:
         low = min(s.digest.cpu_fraction or 0.0 for s in measured)
@@ -1598,8 +1600,7 @@ def _busy_everywhere(busy: list[_Status], idle: list[_Status] | None = None) -> 
         severity="info",
         summary=(
             f"not hung: {_ranks_label(s.rank for s in busy)} "
-            + ("wait for their DataLoader workers" if why.startswith("their DataLoader")
-               else "compute in their own code")
+            + ("wait for their DataLoader workers" if inputs_only else "compute in their own code")
             + f" with no collective or synchronisation on their stacks; {why}"
         ),
         sites=_unique(s.site for s in busy),

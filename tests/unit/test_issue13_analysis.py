@@ -971,3 +971,22 @@ def test_a_rank_waiting_for_idle_workers_is_the_straggler() -> None:
     # THEN rank 0 is blocked in data loading: the straggler
     assert (v.kind, v.culprit_ranks) == ("straggler", (0,)), v
     assert v.severity == "warning"  # one sample
+
+
+def test_a_rank_waiting_for_busy_workers_is_not_blamed_beside_a_straggler() -> None:
+    # GIVEN the input-bound sight (rank 0 waits for its computing workers), and rank 1 idle
+    # outside any collective (the main thread of gil_held_native's rank 1, copied)
+    stopped = next(t for _, r in gil_holder("samples1").all_ranks() if r.rank == 1
+                   for t in r.samples[0].threads if t.name == "MainThread")
+
+    def idle(rank):  # type: ignore[no-untyped-def]
+        if rank.rank != 1:
+            return rank
+        return replace(rank, samples=tuple(
+            replace(s, threads=tuple(replace(t, frames=stopped.frames, active=False)
+                                     if t.os_thread_id == rank.pid else t for t in s.threads))
+            for s in rank.samples))
+    verdicts = diagnose(map_ranks(busy_workers(), idle)).verdicts
+    # THEN rank 1 is the straggler, and rank 0 is not called spinning beside it
+    assert (verdicts[0].kind, verdicts[0].culprit_ranks) == ("straggler", (1,)), verdicts[0]
+    assert not any(0 in v.culprit_ranks for v in verdicts if v.severity != "info"), verdicts
