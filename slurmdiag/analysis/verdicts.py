@@ -1692,17 +1692,20 @@ def _with_exit_evidence(snapshot: Snapshot, verdict: Verdict) -> Verdict:
 
 
 def _settled_tail(snapshot: Snapshot, merge: StackMerge) -> tuple[Snapshot, str] | None:
-    """The snapshot from the sample on, when the only motion in it was ranks arriving in a
-    collective during the look and staying there: (the snapshot cut there, why), or None.
+    """The snapshot from the sample on, when the only motion in it was ranks arriving where
+    they then stayed (a collective, or the culprit's own block) during the look: (the snapshot
+    cut there, why), or None.
 
     Attached as a hang forms, the last rank to reach the collective is seen in its step first,
     then in the collective: "went in or out of a collective between samples" would call that
     progress (found in `make accuracy`: pipe_write_full, rank 2 in sgd_update, then in the
-    gradient all_reduce twice, called progressing). Only an arrival counts: a rank seen in a
-    collective before it moved, a rank moving elsewhere, a tail shorter than two samples or a
-    sample without a stack leave the snapshot whole; and diagnose keeps the cut only when no
-    rank did measurable work in it (a healthy loop whose fast ranks wait at one all_reduce
-    line in every sample still computes between them).
+    gradient all_reduce twice, called progressing). The culprit may arrive late too (the same
+    scenario: rank 0 in json.dumps, then blocked in its pipe write twice, reported by its
+    function as a rank that moves, not by the line it stays on). Only an arrival counts: a rank
+    seen in a collective before it moved, a tail shorter than two samples or a sample without a
+    stack leave the snapshot whole; and diagnose keeps the cut only when no rank did measurable
+    work in it (a healthy loop whose fast ranks wait at one all_reduce line in every sample
+    still computes between them).
     """
     count = merge.max_samples
     if count < 3 or not merge.digests:
@@ -1716,10 +1719,8 @@ def _settled_tail(snapshot: Snapshot, merge: StackMerge) -> tuple[Snapshot, str]
         while first > 0 and ids[first - 1] == ids[-1]:
             first -= 1
         if first:
-            if merge.table[ids[-1]].position is None or any(
-                merge.table[sid].position is not None for sid in ids[:first]
-            ):
-                return None  # not an arrival in a collective: the rank moved
+            if any(merge.table[sid].position is not None for sid in ids[:first]):
+                return None  # it was in a collective before: one completed, the rank moved on
             starts[digest.rank] = first
     cut = max(starts.values(), default=0)
     if not cut or count - cut < 2:
@@ -1730,7 +1731,7 @@ def _settled_tail(snapshot: Snapshot, merge: StackMerge) -> tuple[Snapshot, str]
     ))
     arrived = sorted(starts)
     why = (
-        f"{_ranks_label(arrived)} reached {'its' if len(arrived) == 1 else 'their'} collective "
+        f"{_ranks_label(arrived)} reached where {'it stays' if len(arrived) == 1 else 'they stay'} "
         f"during the look (by sample {cut + 1} of {count}), and no rank moved or worked after "
         f"that: the hang is judged on samples {cut + 1}-{count}"
     )
@@ -1743,7 +1744,12 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     layout = _expected_ranks(snapshot, merge)
     statuses = [_status(merge, d) for d in merge.digests]
     hang, hung = _hang_verdicts(snapshot, merge, statuses, layout)
-    cut = _settled_tail(snapshot, merge) if hang and hang[0].kind == VerdictKind.PROGRESSING else None
+    # A rank that reached its place during the look made the look "progress", or made its own
+    # site a function's (it moved): judged again on the samples after the arrival.
+    moved = {d.rank for d in merge.digests if not d.settled}
+    arrival = hang and (hang[0].kind == VerdictKind.PROGRESSING
+                        or (hang[0].kind in HANG_KINDS and moved & set(hang[0].culprit_ranks)))
+    cut = _settled_tail(snapshot, merge) if arrival else None
     if cut is not None:
         tail, why = cut
         tail_merge = merge_stacks(tail)

@@ -550,9 +550,30 @@ def test_a_rank_arriving_in_the_collective_during_the_look_is_judged_after_it_ar
     # THEN the hang is seen: rank 0, at its pipe write, judged on the samples after the arrival
     assert (v.kind, v.culprit_ranks, v.severity) == ("straggler", (0,), "critical"), v
     assert v.sites[0].endswith("pipe_write_full.py:38")
-    assert any(e.startswith("rank 2 reached its collective during the look (by sample 2 of 3)")
+    assert any(e.startswith("rank 2 reached where it stays during the look (by sample 2 of 3)")
                for e in v.evidence)
     assert analysis.samples == 2
+
+
+def culprit_arrival() -> Snapshot:
+    """pipe_write_full with the defaults from `make accuracy` (real, 2026-11-26): rank 0 in
+    json.dumps in the first sample, then blocked in its pipe write in the other two (the last
+    kept: nothing of it ran); ranks 1-3 in the gradient all_reduce in all three."""
+    return Snapshot.from_json(
+        (ACCURACY / "pipe_write_full.default.culprit_arrival.json").read_text())
+
+
+def test_a_culprit_arriving_at_its_block_during_the_look_is_judged_where_it_stays() -> None:
+    v = top(culprit_arrival())
+    # THEN rank 0 is the straggler at the line it stays on, not "moving" in a function
+    assert (v.kind, v.culprit_ranks, v.severity) == ("straggler", (0,), "critical"), v
+    assert v.sites[0].endswith("pipe_write_full.py:40"), v.sites
+    assert any(e.startswith("rank 0 reached where it stays during the look (by sample 2 of 3)")
+               for e in v.evidence)
+    # AND a culprit that works between the last two samples has not settled: its function
+    working = map_ranks(culprit_arrival(),
+                        lambda r: _main_threads_working(r) if r.rank == 0 else r)
+    assert not top(working).sites[0].endswith("pipe_write_full.py:40")
 
 
 def _main_threads_working(rank):  # type: ignore[no-untyped-def]
