@@ -23,6 +23,15 @@ def _inode(sock: socket.socket) -> int:
     return os.fstat(sock.fileno()).st_ino
 
 
+def _port_written_to(ready: Path) -> int:
+    """The port a child process writes to ``ready`` once its sockets are open."""
+    deadline = time.monotonic() + 20
+    while not ready.exists() or not ready.read_text():
+        assert time.monotonic() < deadline, "child did not start"
+        time.sleep(0.05)
+    return int(ready.read_text())
+
+
 def _by_descriptors(pid: int, socks: list[socket.socket]) -> dict:
     """What fdsockets reads of these sockets of ``pid`` (this process), the state as a name."""
     found = fdsockets.Reader().sockets(pid, {s.fileno(): _inode(s) for s in socks})
@@ -113,11 +122,7 @@ def test_inodes_of_another_process_and_both_readers(tmp_path: Path) -> None:
     )
     child = subprocess.Popen([sys.executable, "-c", program, str(ready)])
     try:
-        deadline = time.monotonic() + 20
-        while not ready.exists() or not ready.read_text():
-            assert time.monotonic() < deadline, "child did not start"
-            time.sleep(0.05)
-        port = int(ready.read_text())
+        port = _port_written_to(ready)
         # WHEN its sockets are read (through copies of its descriptors)
         by_pid, how = sockets.tcp_sockets([child.pid, 999999999])
         # THEN the three TCP sockets, not the UNIX pair; an unreadable process is None
@@ -337,11 +342,7 @@ def test_a_process_in_another_network_namespace_is_read_through_its_descriptors(
                               'ip link set lo up && exec "$0" -c "$1" "$2"',
                               sys.executable, program, str(ready)])
     try:
-        deadline = time.monotonic() + 20
-        while not ready.exists() or not ready.read_text():
-            assert time.monotonic() < deadline, "child did not start"
-            time.sleep(0.05)
-        port = int(ready.read_text())
+        port = _port_written_to(ready)
         assert sockets._netns(child.pid) != sockets._netns("self")
         # WHEN its sockets are read, and read again with their tcp_info
         ids: dict = {}
