@@ -78,7 +78,7 @@ def start_strace(ranks, strace, strace_s, clock, errors):
         window, message = 0.0, "skipped: deadline too close"
     elif left < strace_s:
         window = round(left, 2)
-        message = f"window shortened from {strace_s:.1f} s to {window:.1f} s: deadline"
+        message = f"window shortened from {strace_s:.1f} s to {window:.2f} s: deadline"
     if message:
         errors.append("strace " + message)
     if window <= 0:

@@ -343,8 +343,18 @@ def _timeout_verdict(
     culprits = sorted(everyone - set(timed_out) - exonerated)
     cut_short = sorted({f.rank for f in findings if f.kind == "task_terminated" and f.rank in culprits
                         and f.rank is not None})
-    where = f"{op}" + (f" (collective #{seq})" if seq else "") + (f" after {int(ms) // 1000} s" if ms else "")
-    summary = f"{_label(timed_out)} timed out waiting in {where}"
+    where = f"{op}" + (f" (collective #{seq})" if seq else "")
+    after = f" after {int(ms) // 1000} s" if ms else ""
+    # every waiter is named: one that entered in time (its dump says so) may have ended before
+    # its own timeout (a peer lost, srun's termination) and printed none
+    waiters = sorted(set(timed_out) | (exonerated & everyone))
+    ended = [r for r in waiters if r not in timed_out]
+    if ended:
+        summary = (f"{_label(waiters)} waited in {where}: {format_int_ranges(timed_out)} timed "
+                   f"out{after}, {format_int_ranges(ended)} ended before "
+                   f"{'its' if len(ended) == 1 else 'their'} own timeout (Flight Recorder dumps)")
+    else:
+        summary = f"{_label(timed_out)} timed out waiting in {where}{after}"
     if culprits:
         summary += f"; {_label(culprits)} never reached it"
     evidence = [_cite(first)]

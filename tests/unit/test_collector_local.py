@@ -484,8 +484,12 @@ def test_deadline_is_kept_and_skipped_samples_are_named(job: dict) -> None:
         # strace traced the ranks during the later samples, its window cut to fit the deadline
         for p in ranks:
             assert p["strace"]["status"] == "ok", p["strace"]
-            assert 1.0 < p["strace"]["window_s"] < 2.0
-            assert p["strace"]["message"].startswith("window shortened from 2.0 s")
+            # the window asked of strace is shortened; the one measured also holds strace's
+            # detach after SIGINT (0.15 s seen on a loaded machine)
+            message = p["strace"]["message"]
+            assert message.startswith("window shortened from 2.0 s to "), message
+            assert float(message.split(" to ")[1].split(" s")[0]) < 2.0, message
+            assert 1.0 < p["strace"]["window_s"] < 2.5
             # strace is attached from the start: the first sample is read without suspending
             # the rank; a later one too, or kept from an earlier one (a rank none of whose
             # threads ran), or read with the suspend once the shortened window has ended

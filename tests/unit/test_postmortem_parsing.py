@@ -328,6 +328,10 @@ def test_timeout_culprit_uses_flight_recorder_when_waiters_were_cut_short():
     # WHEN judged with the dumps THEN rank 3 alone never reached the collective
     verdicts = postmortem_verdicts(record, findings, (), logs.last_lines, 4, flight)
     assert verdicts[0].kind == "collective_timeout" and verdicts[0].culprit_ranks == (3,)
+    # AND every waiter is named, those without a timeout of their own said apart
+    assert verdicts[0].summary.startswith(
+        "ranks 0-2 waited in all_reduce"), verdicts[0].summary
+    assert ": 2 timed out after 20 s, 0-1 ended before their own timeout" in verdicts[0].summary
     # AND without the dumps the ranks cut short cannot be told apart, and the verdict says so
     blind = postmortem_verdicts(record, findings, (), logs.last_lines, 4, {})
     assert blind[0].culprit_ranks == (0, 1, 3)
