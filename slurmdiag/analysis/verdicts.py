@@ -61,6 +61,7 @@ from slurmdiag.analysis.stacks import (
     StackInfo,
     StackMerge,
     format_int_ranges,
+    frame_site,
     function_site,
     is_user_file,
     main_thread,
@@ -962,7 +963,7 @@ def _worker_site(worker: WorkerProcess) -> str | None:
         for thread in sample.threads:
             for frame in thread.frames:
                 if is_user_file(frame.file):
-                    return f"{frame.function} ({frame.file}:{frame.line})"
+                    return f"{frame.function} ({frame_site(frame)})"
     return None
 
 
@@ -1188,8 +1189,8 @@ def _collective_traffic(digest: RankDigest, store: frozenset[str],
                         ranks: tuple[frozenset[str], frozenset[str]]) -> bool | None:
     """Whether a connection between this rank and another one (``ranks``: _rank_endpoints),
     other than to the job's store (``store``: its ports, either end), carried data during the
-    strace window; None when the connections were not looked up then (no strace, sockets not
-    read from netlink, an older snapshot). strace -c counts a rank's sends and receives on any
+    strace window; None when the connections were not read again then (no strace, sockets read
+    from the text table, an older snapshot). strace -c counts a rank's sends and receives on any
     socket: a store's host answering ranks that poll it (store_poll_host) and a thread
     uploading a checkpoint (uploader_during_hang) were counted as much as collectives
     completing, two hangs called progressing. What would make this lie: a job that moves its
@@ -1691,7 +1692,8 @@ def _with_exit_evidence(snapshot: Snapshot, verdict: Verdict) -> Verdict:
     return replace(verdict, sites=verdict.sites or sites, evidence=tuple(evidence) + verdict.evidence)
 
 
-def _settled_tail(snapshot: Snapshot, merge: StackMerge) -> tuple[Snapshot, str] | None:
+def _settled_tail(snapshot: Snapshot, merge: StackMerge, anywhere: bool
+                  ) -> tuple[Snapshot, str] | None:
     """The snapshot from the sample on, when the only motion in it was ranks arriving where
     they then stayed (a collective, or the culprit's own block) during the look: (the snapshot
     cut there, why), or None.
@@ -1699,11 +1701,12 @@ def _settled_tail(snapshot: Snapshot, merge: StackMerge) -> tuple[Snapshot, str]
     Attached as a hang forms, the last rank to reach the collective is seen in its step first,
     then in the collective: "went in or out of a collective between samples" would call that
     progress (found in `make accuracy`: pipe_write_full, rank 2 in sgd_update, then in the
-    gradient all_reduce twice, called progressing). The culprit may arrive late too (the same
-    scenario: rank 0 in json.dumps, then blocked in its pipe write twice, reported by its
-    function as a rank that moves, not by the line it stays on). Only an arrival counts: a rank
-    seen in a collective before it moved, a tail shorter than two samples or a sample without a
-    stack leave the snapshot whole; and diagnose keeps the cut only when no rank did measurable
+    gradient all_reduce twice, called progressing). With ``anywhere`` (a hang whose culprit
+    moved) an arrival elsewhere counts too: the culprit may arrive late (the same scenario:
+    rank 0 in json.dumps, then blocked in its pipe write twice, reported by its function as a
+    rank that moves, not by the line it stays on). Only an arrival counts: a rank seen in a
+    collective before it moved, one arriving outside a collective without ``anywhere``, a tail
+    shorter than two samples or a sample without a stack leave the snapshot whole; and diagnose keeps the cut only when no rank did measurable
     work in it (a healthy loop whose fast ranks wait at one all_reduce line in every sample
     still computes between them).
     """
@@ -1721,6 +1724,8 @@ def _settled_tail(snapshot: Snapshot, merge: StackMerge) -> tuple[Snapshot, str]
         if first:
             if any(merge.table[sid].position is not None for sid in ids[:first]):
                 return None  # it was in a collective before: one completed, the rank moved on
+            if merge.table[ids[-1]].position is None and not anywhere:
+                return None  # not an arrival in a collective: the rank moved
             starts[digest.rank] = first
     cut = max(starts.values(), default=0)
     if not cut or count - cut < 2:
@@ -1747,9 +1752,10 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     # A rank that reached its place during the look made the look "progress", or made its own
     # site a function's (it moved): judged again on the samples after the arrival.
     moved = {d.rank for d in merge.digests if not d.settled}
-    arrival = hang and (hang[0].kind == VerdictKind.PROGRESSING
-                        or (hang[0].kind in HANG_KINDS and moved & set(hang[0].culprit_ranks)))
-    cut = _settled_tail(snapshot, merge) if arrival else None
+    culprit_moved = bool(hang and hang[0].kind in HANG_KINDS
+                         and moved & set(hang[0].culprit_ranks))
+    arrival = hang and (hang[0].kind == VerdictKind.PROGRESSING or culprit_moved)
+    cut = _settled_tail(snapshot, merge, anywhere=culprit_moved) if arrival else None
     if cut is not None:
         tail, why = cut
         tail_merge = merge_stacks(tail)

@@ -10,6 +10,8 @@ The copy is closed at once: the socket lives on through the process's descriptor
 
 import posix as os
 
+from .netlink import _int
+
 # pidfd_getfd's number: new system calls share one table on every architecture but alpha
 SYS_PIDFD_GETFD = 438
 TCP_INFO = 11
@@ -95,9 +97,8 @@ class Reader:
                 continue  # not TCP (TCP_INFO refused), or closed between two calls
             finally:
                 os.close(copy)
-            if read is not None:
-                family = _AF_INET6 if ":" in read[0] else _AF_INET
-                found[fds[fd]] = (read, (fd, fds[fd], family) if read[4] == TCP_ESTABLISHED else None)
+            family = _AF_INET6 if ":" in read[0] else _AF_INET
+            found[fds[fd]] = (read, (fd, fds[fd], family) if read[4] == TCP_ESTABLISHED else None)
         return found
 
     def activity(self, pid, handles):
@@ -118,9 +119,7 @@ class Reader:
 
 
 def _u32(data, offset):
-    import sys
-
-    return int.from_bytes(data[offset : offset + 4], sys.byteorder)
+    return _int(data[offset : offset + 4])
 
 
 def _on(fd, family):
@@ -176,7 +175,7 @@ def _queues(fd):
     fcntl.ioctl(fd, termios.TIOCOUTQ, out)
     inq = bytearray(4)
     fcntl.ioctl(fd, termios.FIONREAD, inq)
-    return _u32(out, 0), _u32(inq, 0)
+    return _int(out), _int(inq)
 
 
 def _plain(host):

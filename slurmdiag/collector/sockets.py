@@ -4,7 +4,7 @@ else /proc/PID/net/tcp."""
 import posix as os
 import sys
 
-from .fdsockets import Reader, Unavailable
+from .fdsockets import LAST_DATA_RECV, LAST_DATA_SENT, Reader, Unavailable
 from .netlink import _dump_request, _int, _netlink_messages, _request, _u
 from .procfs import _read
 
@@ -320,10 +320,7 @@ def recent_activity(keys):
     return found
 
 
-INET_DIAG_INFO = 2
-# struct tcp_info: tcpi_last_data_sent and tcpi_last_data_recv (u32, ms since data last went out
-# and came in; ACKs and keepalive probes carry no data), in every kernel's tcp_info
-LAST_DATA_SENT, LAST_DATA_RECV = 44, 52
+INET_DIAG_INFO = 2  # its payload is struct tcp_info (LAST_DATA_SENT, LAST_DATA_RECV: fdsockets)
 # Lookups sent before their answers are read: each answer is ~330 bytes, the batch well inside
 # a netlink socket's default receive buffer (~200 KB).
 LOOKUP_BATCH = 128

@@ -18,7 +18,7 @@ from snapfactory import collective, dataloader_wait, in_user, job, stack, thread
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.stacks import is_idle_thread, merge_stacks, pick_main_thread
-from slurmdiag.analysis.verdicts import _rank_endpoints, _store_ports
+from slurmdiag.analysis.verdicts import _rank_endpoints, _settled_tail, _store_ports
 from slurmdiag.assemble import _samples
 from slurmdiag.collector.procfs import read_stat
 from slurmdiag.collector.stacks import read_usage
@@ -574,6 +574,13 @@ def test_a_culprit_arriving_at_its_block_during_the_look_is_judged_where_it_stay
     working = map_ranks(culprit_arrival(),
                         lambda r: _main_threads_working(r) if r.rank == 0 else r)
     assert not top(working).sites[0].endswith("pipe_write_full.py:40")
+    # AND an arrival outside a collective is taken only for a culprit that moved: a look
+    # called progressing is cut at arrivals in a collective alone (the rule before it)
+    snapshot = culprit_arrival()
+    merge = merge_stacks(snapshot)
+    assert _settled_tail(snapshot, merge, anywhere=False) is None
+    cut = _settled_tail(snapshot, merge, anywhere=True)
+    assert cut is not None and all(len(r.samples) == 2 for _, r in cut[0].all_ranks())
 
 
 def _main_threads_working(rank):  # type: ignore[no-untyped-def]
