@@ -36,9 +36,15 @@ def test_nccl_variables_naming_missing_devices_are_found(misconfigured_job):
     text = " ".join(v.summary for v in found)
     assert "NCCL_SOCKET_IFNAME" in text and "NCCL_IB_HCA" in text, found
     assert all(v.next_step for v in found)
-    # AND the job itself is not called hung
-    assert not [v for v in snapshot.verdicts if v.kind in (
+    # AND the job itself is not called hung (on failure: the whole verdict and each rank's
+    # samples, to tell which phase the look caught)
+    hung = [v for v in snapshot.verdicts if v.kind in (
         "mismatched_collective", "straggler", "spinning", "missing_rank", "all_waiting")]
+    assert not hung, "\n".join(
+        [f"{v.kind} ({v.severity}): {v.summary}; " + " | ".join(v.evidence) for v in hung]
+        + [f"rank {r.rank} {r.state} cpu {r.cpu_percent}: "
+           + " / ".join(f"t={x.t} {[(t.name, t.active, [f.function for f in t.frames[:3]]) for t in x.threads]}"
+                        for x in r.samples) for _, r in snapshot.all_ranks()])
 
 
 RENDEZVOUS_PROGRAM = """
