@@ -597,6 +597,22 @@ def is_idle_thread(thread: ThreadStack) -> bool:
     return traits[0].kind in _PARKED_KINDS or not thread.active
 
 
+def program_ended(frames: Sequence[Frame]) -> bool:
+    """A main thread whose program has returned: Python frames, none of them a module's body.
+
+    While a program runs, its main thread's stack starts at the ``<module>`` of the script
+    (under runpy's frames for ``python -m``, under multiprocessing's for a spawned child).
+    After the script's last line Python joins the non-daemon threads (``threading._shutdown``)
+    and runs the atexit handlers: their frames hang from nothing."""
+    python = [f for f in frames if not f.native]
+    return bool(python) and not any(
+        f.function == "<module>"
+        # a thread's stack starts in threading's _bootstrap: not a main thread at all
+        or (f.function.endswith("_bootstrap") and f.file.endswith("threading.py"))
+        for f in python
+    )
+
+
 def pick_main_thread(sample: Sample, pid: int | None = None) -> tuple[ThreadStack | None, str]:
     """The sample's main thread and the rule that found it (one of MAIN_RULES).
 
@@ -775,7 +791,8 @@ class RankDigest:
     main_rule: str = "os_thread_id"  # how the main thread was found (MAIN_RULES), weakest used
     cpu_fraction: float | None = None  # main thread's CPU over the samples (cores), measured
     io_rate: float | None = None  # bytes/s read+written (rchar+wchar) over the samples
-    side_threads: tuple[str, ...] = ()  # other threads with the job's own code, not idle
+    # other threads with the job's own code, not idle: (description, site), see _side_threads
+    side_threads: tuple[tuple[str, str], ...] = ()
     # another thread stuck in a collective: (its name, its stack)
     side_collective: tuple[str, StackInfo] | None = None
     # another thread holding the GIL, idle, in every sample, the main thread idle without it:
@@ -830,17 +847,35 @@ def _same_thread(thread: ThreadStack, main: ThreadStack | None) -> bool:
     return main is not None and thread.thread_id == main.thread_id
 
 
-def _side_threads(sample: Sample, main: ThreadStack | None) -> tuple[str, ...]:
+def _side_threads(sample: Sample, main: ThreadStack | None) -> tuple[tuple[str, str], ...]:
     """Threads of the last sample other than main that are not idle helpers: the threads the
-    main thread may be waiting on (a prefetch or writer thread stuck in the job's code)."""
-    found: dict[str, None] = {}
-    for thread in sample.threads:
+    main thread may be waiting on (a prefetch or writer thread stuck in the job's own code), as
+    (description, site of its innermost frame of the job's code).
+
+    The description says where in the job's code the thread is and, when it is idle below
+    that frame, in which call it waits: "prefetch_0 in fetch_manifest (loader.py:62), waiting
+    in SocketIO.readinto". Threads that wait on a lock, an event or a queue come last: they
+    wait for yet another thread, so a thread blocked in I/O or running is the likelier end
+    of the chain (the main thread's wait does not say which thread would wake it)."""
+    found: dict[str, tuple[int, int, str]] = {}
+    for order, thread in enumerate(sample.threads):
         if _same_thread(thread, main) or is_idle_thread(thread):
             continue
-        label = _thread_label(thread)
-        if label is not None:
-            found[label] = None
-    return tuple(found)
+        python = [f for f in thread.frames if not f.native]
+        at = next((i for i, f in enumerate(python) if _frame_traits(f).is_user), None)
+        if at is None:
+            continue
+        user = python[at]
+        site = frame_site(user)
+        name = str(thread.name or thread.thread_id)
+        text = f"{name}{'' if user.function == name else ' in ' + user.function} ({site})"
+        parked = False
+        if at > 0 and not thread.active:
+            text += f", waiting in {python[0].function}"
+            parked = _frame_traits(python[0]).kind in ("lock", "sleep")
+        found.setdefault(text, (parked, order, site))
+    ranked = sorted(found.items(), key=lambda item: item[1][:2])
+    return tuple((text, site) for text, (_, _, site) in ranked)
 
 
 def _side_collective(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]

@@ -66,6 +66,7 @@ from slurmdiag.analysis.stacks import (
     is_user_file,
     main_thread,
     merge_stacks,
+    program_ended,
 )
 from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.snapshot import Frame, LogFinding, Rank, Sample, Snapshot, Verdict, WorkerProcess
@@ -150,6 +151,17 @@ STRAGGLER_STEPS = {
     "lock": (
         "find the thread that holds the lock (py-spy dump --locals, the rank's other threads); "
         "never hold a lock across a collective"
+    ),
+    "exit": (
+        "the program has ended but its process has not: Python joins every non-daemon thread "
+        "at exit, and the one named waits in the call shown: give that call a timeout, join "
+        "the thread with a timeout before returning, or make it a daemon thread"
+    ),
+    "thread": (
+        "its main thread waits for another thread of the rank (a future, an event, a join), "
+        "named in the summary with the call it sits in: find what that thread waits for "
+        "(py-spy dump --pid PID shows every thread), give its call a timeout, and the main "
+        "thread's wait one (future.result(timeout=...))"
     ),
     "sleep": (
         "the rank sleeps or polls while the others wait: bound the wait, or make every rank "
@@ -273,6 +285,7 @@ class _Status:
     group: str | None = None  # the process group of its collective, when read (groups.py)
     members: tuple[int, ...] = ()  # that group's ranks
     via: str | None = None  # waiting through another thread: "thread T; its main thread ..."
+    ended: bool = False  # its main thread is past its program's end (program_ended)
 
     @property
     def rank(self) -> int:
@@ -341,6 +354,11 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
       collective: the rank waits in that collective, through that thread (an asynchronous
       checkpoint writer in its barrier: async_checkpoint_skip)."""
     status = _main_status(merge, digest)
+    # in every sample, and only for a main thread known as such (by its OS id or its name):
+    # a torn stack or another thread taken for the main one has no <module> frame either
+    if (digest.stack_ids and digest.main_rule in ("os_thread_id", "name")
+            and all(program_ended(merge.table[i].frames) for i in set(digest.stack_ids))):
+        status = _ended(status)
     holder = digest.gil_holder
     if (holder is not None and status.status in ("waiting", "blocked")
             and status.kind not in _OWN_BLOCKS):
@@ -354,6 +372,16 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
     name, info = side
     return _Status(digest, "waiting", "collective", info.site, info.op, info.position, info,
                    via=f"thread {name}; its main thread {_where(status)}")
+
+
+def _ended(status: _Status) -> _Status:
+    """A rank whose program has returned and that waits at interpreter exit: for its
+    non-daemon threads (threading._shutdown, no frame of the job's own), its site is the
+    first of them that is in the job's code; in an atexit handler, where the handler is."""
+    side = status.digest.side_threads
+    if status.info is not None and status.info.top_user_frame is None and side:
+        return replace(status, ended=True, site=side[0][1])
+    return replace(status, ended=True)
 
 
 def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
@@ -542,6 +570,8 @@ def _group_by(statuses: Iterable[_Status], key) -> dict[object, list[_Status]]: 
 
 
 def _where(s: _Status) -> str:
+    if s.ended and s.status in ("blocked", "busy"):
+        return _exit_phrase(s)
     if s.status == "waiting":
         via = f" ({s.via})" if s.via else ""
         return f"{s.op}{f' on {s.group}' if s.group else ''} at {s.site}{via}"
@@ -549,9 +579,23 @@ def _where(s: _Status) -> str:
         return f"{'moving in' if not s.digest.stationary else 'busy at'} {s.site}"
     if s.status == "blocked":
         phrase = _BLOCK_PHRASES.get(s.kind, s.kind)
+        if _waits_for_thread(s):
+            phrase = "waiting for another thread"  # named by _waits_on_thread
         via = f" ({s.via})" if s.via else ""
         return f"{phrase} at {s.site}{via}" if s.site else phrase
     return s.kind
+
+
+def _exit_phrase(s: _Status) -> str:
+    """ "at interpreter exit: its program has ended and Python waits for its non-daemon thread
+    uploader in upload_shard (ckpt.py:62), waiting in SocketIO.readinto" """
+    side = s.digest.side_threads
+    if s.info is not None and s.info.top_user_frame is None and side:
+        threads = "; ".join(text for text, _ in side[:2])
+        return ("at interpreter exit: its program has ended and Python waits for its "
+                f"non-daemon thread {threads}")
+    doing = "busy" if s.status == "busy" else _BLOCK_PHRASES.get(s.kind, s.kind)
+    return f"at interpreter exit: its program has ended, {doing} at {s.site} (an exit handler)"
 
 
 def _waiting_phrase(waiting: list[_Status]) -> str:
@@ -617,7 +661,8 @@ def _proc_evidence(s: _Status) -> str:
     if s.digest.busy_threads:
         bits.append("busy threads: " + ", ".join(s.digest.busy_threads[:3]))
     if s.status == "blocked" and s.digest.side_threads:
-        bits.append("other threads in its own code: " + ", ".join(s.digest.side_threads[:3]))
+        bits.append("other threads in its own code: "
+                    + "; ".join(text for text, _ in s.digest.side_threads[:3]))
     return ", ".join(bits)
 
 
@@ -629,14 +674,30 @@ def _children_of(s: _Status) -> list[str]:
     ][:3]
 
 
+# Where a main thread waits for another thread's signal (a future, an event, a join, a queue):
+# its innermost Python frame is in one of these files (a Lock's acquire is C: the frame on top
+# is the caller's own line, and it may be the main thread itself that holds the lock).
+_THREAD_SIGNAL_FILES = ("threading.py", "queue.py", "concurrent/futures/_base.py")
+
+
+def _waits_for_thread(s: _Status) -> bool:
+    """The main thread is parked in a thread-to-thread wait while another thread of the rank
+    sits in the job's own code."""
+    if s.kind != "lock" or not s.digest.side_threads or s.info is None:
+        return False
+    top = next((f for f in s.info.frames if not f.native), None)
+    return top is not None and top.file.endswith(_THREAD_SIGNAL_FILES)
+
+
 def _waits_on_thread(s: _Status) -> str:
     """ "; its main thread waits on thread prefetch (loader.py:40)" when the main thread is
     parked on a queue/lock/future while another thread sits in the job's own code."""
     if s.kind == "child" and _children_of(s):
         return f" ({_children_of(s)[0]})"
-    if s.kind not in ("data_loading", "lock") or not s.digest.side_threads:
+    if s.kind not in ("data_loading", "lock") or not s.digest.side_threads or s.ended:
         return ""
-    return f" (its main thread waits on thread {', '.join(s.digest.side_threads[:2])})"
+    threads = "; ".join(text for text, _ in s.digest.side_threads[:2])
+    return f" (its main thread waits on thread {threads})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -808,6 +869,12 @@ def _waits_alone(
 def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) -> Verdict:
     kinds = Counter(s.kind for s in blocked)
     main_kind = kinds.most_common(1)[0][0]
+    # a main thread parked on a lock while another thread sits in the job's code waits on that
+    # thread (a future, an event, a join), not on a lock some thread holds
+    step = "thread" if main_kind == "lock" and any(_waits_for_thread(s) for s in blocked) \
+        else main_kind
+    if all(s.ended for s in blocked) and any(s.digest.side_threads for s in blocked):
+        step = "exit"
     ranks = [s.rank for s in blocked]
     groups = _group_by(blocked, lambda s: (s.kind, s.site))
     places = "; ".join(
@@ -827,7 +894,7 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         culprit_ranks=tuple(ranks),
         sites=_unique(site for s in blocked for site in _blocked_sites(s)),
         evidence=tuple(evidence),
-        next_step=STRAGGLER_STEPS.get(main_kind, STRAGGLER_STEPS["blocked"]),
+        next_step=STRAGGLER_STEPS.get(step, STRAGGLER_STEPS["blocked"]),
     )
 
 
@@ -912,6 +979,65 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
         summary="a slow step or a hang, cannot tell: " + verdict.summary,
         evidence=(*verdict.evidence, why),
         next_step=NEXT_STEPS["slow_step"],
+    )
+
+
+def _crashed_in_log(snapshot: Snapshot, ranks: Sequence[int]) -> bool:
+    """The job's log holds an exit code (srun's "task N: Exited with exit code C") or a
+    traceback of one of ``ranks``."""
+    return any(f.kind in ("task_exit", "traceback") and f.rank in ranks
+               for f in snapshot.log_findings)
+
+
+def _works_at_exit(s: _Status) -> bool:
+    """A rank past its program's end that still works: CPU or I/O measured between samples,
+    data moved on one of its connections in strace's window (recent_traffic: a blocking send
+    of a large upload is one system call that returns only at its end), or transfer calls."""
+    digest = s.digest
+    recent = digest.proc.recent_traffic
+    calls = _traffic(digest)
+    return bool(_measured_work(digest) or (recent is not None and recent.active)
+                or (calls is not None and calls >= TRAFFIC_CALLS))
+
+
+def _finishing(statuses: list[_Status], missing: Sequence[int]) -> Verdict:
+    """Every rank left has ended its program and works at exit (an upload, a final save in a
+    non-daemon thread or an atexit handler): a job finishing looks the same as one retrying
+    forever, for a look of a few seconds (info, low confidence; exit_slow_upload)."""
+    ranks = [s.rank for s in statuses]
+    working = [s for s in statuses if _works_at_exit(s)]
+    busy = [s.rank for s in working]
+    places = "; ".join(_unique(
+        s.digest.side_threads[0][0] if s.digest.side_threads else f"{s.kind} at {s.site}"
+        for s in working))
+    summary = (
+        f"finishing, or stuck at exit, cannot tell: {_ranks_label(ranks)} "
+        f"{_verb(ranks, 'has', 'have')} ended {'its' if len(ranks) == 1 else 'their'} program, "
+        f"and {_ranks_label(busy)} still {_verb(busy, 'moves', 'move')} "
+        f"data or {_verb(busy, 'computes', 'compute')} at exit ({places})"
+    )
+    evidence = [_proc_evidence(s) for s in statuses[:8]]
+    for s in working[:8]:
+        recent = s.digest.proc.recent_traffic
+        if recent is not None and recent.active:
+            c = recent.active[0]
+            evidence.append(f"rank {s.rank}: data on {c.local} -> {c.remote} "
+                            f"{min(c.last_sent_ms, c.last_received_ms)} ms before strace ended")
+    if missing:
+        evidence.append(f"{_ranks_label(missing)} {_verb(missing, 'has', 'have')} no process: "
+                        "ended, most likely")
+    return Verdict(
+        kind=VerdictKind.SLOW_STEP,
+        severity="info",
+        confidence="low",
+        summary=summary,
+        culprit_ranks=tuple(s.rank for s in working),
+        sites=_unique(s.site for s in working if s.site),
+        evidence=tuple(evidence),
+        next_step=(
+            "attach again in a minute: a thread that moved on (or a process gone) was "
+            "finishing; one in the same call, retrying, is stuck: give it a timeout"
+        ),
     )
 
 
@@ -1367,11 +1493,25 @@ def _hang_verdicts(
             "(no thread's OS id equals the pid in py-spy's output)"
         )
 
+    ended = all(s.ended for s in statuses)
+    if ended and any(_works_at_exit(s) for s in statuses):
+        return [_finishing(statuses, layout.missing)], False
     verdicts: list[Verdict] = []
-    if dead or layout.missing:
+    # Every rank left is past its program's end: the ranks that have no process most likely
+    # ended the same way (they finished; a crash leaves a traceback or an exit code in the
+    # log, which the missing-rank verdict would show). Blamed, they would hide the rank that
+    # cannot exit (exit_waits_uploader).
+    if dead or (layout.missing and not ended):
         verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
-    if blocked and (waiting or dead or layout.missing):
+    if blocked and (waiting or dead or layout.missing or ended):
         verdicts.append(_straggler(blocked, waiting, severity))
+        if ended and layout.missing:
+            gone = (f"{_ranks_label(layout.missing)} {_verb(layout.missing, 'has', 'have')} "
+                    "no process: ended, most likely as the ranks above did (every rank left is "
+                    "past its program's end)")
+            verdicts[-1] = _with_evidence(verdicts[-1], [gone])
+            if _crashed_in_log(snapshot, layout.missing):  # ... unless the log says otherwise
+                verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
     # ranks waiting for DataLoader workers that compute are never the spinners themselves
     inputs = [s for s in busy if s.kind == "input"]
     computing = [s for s in busy if s.kind != "input"]

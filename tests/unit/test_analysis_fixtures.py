@@ -116,7 +116,9 @@ def test_real_pyspy_json_blocked_main_thread_is_a_lock_straggler() -> None:
     v = a.verdicts[0]
     assert (v.kind, v.culprit_ranks) == ("straggler", (1,))
     assert v.sites == ("/tmp/slurmdiag_pyspy/blocked_rank.py:12",)
-    assert "lock" in v.summary
+    # Event.wait: a wait for another thread's signal, that thread named
+    assert "waiting for another thread at /tmp/slurmdiag_pyspy/blocked_rank.py:12 (its main " \
+        "thread waits on thread heartbeat (/tmp/slurmdiag_pyspy/blocked_rank.py:17))" in v.summary
     view = next(r for r in a.ranks if r.rank == 1)
     assert view.kind == "lock"
     assert view.busy_threads == ("heartbeat (/tmp/slurmdiag_pyspy/blocked_rank.py:17)",)

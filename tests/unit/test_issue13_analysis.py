@@ -392,7 +392,7 @@ def test_main_thread_waiting_on_a_queue_names_the_thread_stuck_in_user_code() ->
     v = top(s)
     # THEN the straggler's summary says its main thread waits on that thread, at its site
     assert (v.kind, v.culprit_ranks) == ("straggler", (2,))
-    assert "waits on thread prefetch (loader.py:40)" in v.summary
+    assert "waits on thread prefetch in read_shard (loader.py:40))" in v.summary
     assert "QueueFeederThread" not in v.summary
 
 
@@ -884,7 +884,7 @@ def test_a_rank_waits_in_the_collective_its_main_thread_waits_for(mode: str) -> 
     # the culprit, at its all_reduce (not the three, "blocked on a lock")
     assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (2,)), v
     assert v.sites[0].endswith("async_checkpoint_skip.py:59")
-    assert "barrier at" in v.summary and "(thread ckpt-writer; its main thread blocked on a lock at" in v.summary
+    assert "barrier at" in v.summary and "(thread ckpt-writer; its main thread waiting for another thread at" in v.summary
 
 
 def test_a_thread_that_runs_between_the_samples_only_passes_through_its_collective() -> None:

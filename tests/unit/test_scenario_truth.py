@@ -55,14 +55,19 @@ def test_truth_is_well_formed(name):
     assert truth["world_size"] == truth["nodes"] * truth["ntasks_per_node"]
     ranks = set(range(truth["world_size"]))
     culprits, waiting = set(truth["culprit_ranks"]), set(truth["waiting_ranks"])
+    # ranks that finished and exited before the look (exit_waits_uploader): no process
+    exited = set(truth.get("exited_ranks", []))
     assert culprits <= ranks and waiting <= ranks and not culprits & waiting
+    assert not exited & (culprits | waiting)
     if truth["expected_kind"] == "progressing":
-        assert not culprits and not waiting and truth["progress_pattern"]
+        assert not culprits and not waiting and not exited
+        # its progress: log lines, or (a job past its program's end) data its ranks move
+        assert truth.get("progress_pattern") or truth.get("progress_evidence") == "connections"
     else:
-        assert culprits and culprits | waiting == ranks
+        assert culprits and culprits | waiting | exited == ranks
         assert (truth["culprit_site"] is None) != (truth["culprit_function"] is None)
         assert truth["culprit_evidence"] in {"stack", "log"}
-        assert truth["waiting_ranks_site"]
+        assert bool(truth["waiting_ranks_site"]) == bool(waiting)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if load_truth(n)["culprit_site"]])
