@@ -29,6 +29,7 @@ from slurmdiag.parsers.pyspy import parse_pyspy_json
 from slurmdiag.parsers.strace import parse_strace_summary
 from slurmdiag.snapshot import (
     Connection,
+    FileLock,
     GpuState,
     IbPort,
     Interface,
@@ -158,6 +159,20 @@ def _recent_traffic(raw: nd.RecentTraffic | None) -> RecentTraffic | None:
     )
 
 
+def _file_locks(raw: list[nd.FileLock] | None) -> tuple[FileLock, ...]:
+    locks = []
+    for item in raw or ():
+        inode = _int(item.get("inode"))
+        if inode is None:
+            continue
+        locks.append(FileLock(
+            held=bool(item.get("held")), kind=str(item.get("kind") or "?"),
+            mode=str(item.get("mode") or "?"), inode=inode, dev=str(item.get("dev") or ""),
+            holder_pid=_int(item.get("holder_pid")),
+            path=str(item["path"]) if item.get("path") else None))
+    return tuple(locks)
+
+
 def _connections(raw: list[nd.Connection] | None) -> tuple[Connection, ...]:
     return tuple(
         Connection(
@@ -189,6 +204,7 @@ def _rank(proc: nd.Process, workers: list[WorkerProcess]) -> Rank:
         strace=_strace(proc.get("strace")),
         connections=_connections(proc.get("connections")),
         recent_traffic=_recent_traffic(proc.get("recent_traffic")),
+        file_locks=_file_locks(proc.get("file_locks")),
         workers=tuple(workers),
         errors=tuple(proc.get("errors") or ()),
     )

@@ -88,6 +88,16 @@ class RecentTraffic(TypedDict, total=False):
     active: list[RecentConnection]  # those that carried data within_ms, newest first
 
 
+class FileLock(TypedDict, total=False):
+    held: bool  # False: the process waits for it
+    kind: str  # FLOCK | POSIX | OFDLCK | LEASE
+    mode: str  # READ | WRITE
+    dev: str  # "fe:00"
+    inode: int
+    holder_pid: int | None  # of a lock waited for, when this node's /proc/locks shows it
+    path: str | None
+
+
 class FlightRecorder(TypedDict, total=False):
     status: str  # ok | error | refused | timeout | not_hooked
     message: str | None
@@ -120,6 +130,7 @@ class Process(TypedDict, total=False):
     strace: Strace | None
     connections: list[Connection]
     recent_traffic: RecentTraffic
+    file_locks: list[FileLock]
     flight_recorder: FlightRecorder
     errors: list[str]
 

@@ -127,6 +127,21 @@ class RecentTraffic:
 
 
 @dataclass(frozen=True)
+class FileLock:
+    """A file lock (flock, POSIX record lock) a rank holds, or waits for (``held`` False), from
+    its node's /proc/locks; ``holder_pid``: who holds one waited for, when that node's table
+    shows it (a lock on a shared filesystem held on another node is not there)."""
+
+    held: bool
+    kind: str
+    mode: str
+    inode: int
+    dev: str = ""
+    holder_pid: int | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
 class Rank:
     rank: int | None
     pid: int
@@ -145,6 +160,7 @@ class Rank:
     strace: StraceSummary | None = None
     connections: tuple[Connection, ...] = ()
     recent_traffic: RecentTraffic | None = None
+    file_locks: tuple[FileLock, ...] = ()
     workers: tuple[WorkerProcess, ...] = ()
     errors: tuple[str, ...] = ()
 

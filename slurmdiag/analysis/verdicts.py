@@ -69,7 +69,16 @@ from slurmdiag.analysis.stacks import (
     program_ended,
 )
 from slurmdiag.hostlist import compress_hostlist
-from slurmdiag.snapshot import Frame, LogFinding, Rank, Sample, Snapshot, Verdict, WorkerProcess
+from slurmdiag.snapshot import (
+    FileLock,
+    Frame,
+    LogFinding,
+    Rank,
+    Sample,
+    Snapshot,
+    Verdict,
+    WorkerProcess,
+)
 from slurmdiag.vocabulary import HANG_KINDS, NodeStatus, VerdictKind, severity_rank
 
 __all__ = ["diagnose"]
@@ -1433,6 +1442,9 @@ def _hang_verdicts(
             )
         ], False
 
+    held = _lock_waits(statuses)
+    if held:
+        return [_lock_deadlock(statuses, held, merge.max_samples < 2)], True
     statuses, peer_note = _peer_waits(statuses)
     statuses, group_notes = _with_groups(statuses, layout.world_size)
     by_status: dict[str, list[_Status]] = {}
@@ -1588,6 +1600,84 @@ def _caught_awake(s: _Status) -> bool:
         s.status == "blocked" and s.info is not None and s.info.kind == "user"
         and s.kind in ("io", "lock") and not _measured_work(s.digest) and not proc.wchan
         and (proc.state or "")[:1] == "R"
+    )
+
+
+def _lock_waits(statuses: list[_Status]) -> dict[int, tuple[_Status, FileLock]]:
+    """{rank: (the rank holding the file lock it waits for, that lock)} of the ranks blocked
+    on a file lock another rank holds while that rank is stuck itself (in a collective, or
+    blocked): a deadlock across ranks (cache_lock_barrier: a FileLock held across a barrier).
+    The holder is the pid the waiter's node names (/proc/locks), else the one rank whose
+    node reports that inode held (a shared filesystem's lock held on another node; the path
+    must agree when both are known). A holder that works (a rank writing a shared log under
+    the lock, caught by the look) is not stuck: the usual rules decide."""
+    at = {(s.digest.node, s.digest.proc.pid): s for s in statuses}
+    holding: dict[int, list[tuple[_Status, FileLock]]] = {}
+    for s in statuses:
+        for lock in s.digest.proc.file_locks:
+            if lock.held:
+                holding.setdefault(lock.inode, []).append((s, lock))
+    found: dict[int, tuple[_Status, FileLock]] = {}
+    for s in statuses:
+        if s.status != "blocked":
+            continue
+        for lock in s.digest.proc.file_locks:
+            if lock.held:
+                continue
+            holder = at.get((s.digest.node, lock.holder_pid)) if lock.holder_pid else None
+            if holder is None:
+                others = [h for h, mine in holding.get(lock.inode, ())
+                          if h is not s and (None in (mine.path, lock.path)
+                                             or mine.path == lock.path)]
+                holder = others[0] if len({h.rank for h in others}) == 1 else None
+            if holder is not None and holder is not s and holder.status in ("waiting", "blocked"):
+                found[s.rank] = (holder, lock)
+                break
+    return found
+
+
+def _lock_deadlock(statuses: list[_Status], held: dict[int, tuple[_Status, FileLock]],
+                   single: bool) -> Verdict:
+    """The ranks holding file locks that other ranks wait for, while stuck themselves."""
+    holders = {h.rank: h for h, _ in held.values()}
+    waiters = [s for s in statuses if s.rank in held]
+    parts = []
+    for rank, holder in sorted(holders.items()):
+        mine = [s for s in waiters if held[s.rank][0].rank == rank]
+        lock = held[mine[0].rank][1]
+        name = lock.path or f"inode {lock.inode}"
+        sites = ", ".join(_unique(s.site for s in mine if s.site))
+        parts.append(
+            f"rank {rank} holds the file lock on {name} ({lock.kind} {lock.mode}) that "
+            f"{_ranks_label(s.rank for s in mine)} {_verb([s.rank for s in mine], 'waits', 'wait')} for"
+            f"{' at ' + sites if sites else ''}, while it {'waits in' if holder.status == 'waiting' else 'is'} "
+            f"{_where(holder)}")
+    summary = "; ".join(parts) + ": a deadlock across ranks"
+    evidence = [_proc_evidence(h) for h in holders.values()][:4]
+    for s in waiters[:8]:
+        holder, lock = held[s.rank]
+        evidence.append(
+            f"rank {s.rank}: waits for a {lock.kind} {lock.mode} lock on "
+            f"{lock.path or 'inode ' + str(lock.inode)} held by rank {holder.rank}"
+            + (f" (pid {lock.holder_pid} in its node's /proc/locks)" if lock.holder_pid else
+               " (held on its node, joined by inode)")
+            + (f", wchan {s.digest.proc.wchan}" if s.digest.proc.wchan else ""))
+    others = [s for s in statuses if s.rank not in held and s.rank not in holders]
+    if others:
+        evidence.extend(_group_evidence(others, limit=4))
+    return Verdict(
+        kind=VerdictKind.STRAGGLER,
+        severity="warning" if single else "critical",
+        summary=summary,
+        culprit_ranks=tuple(sorted(holders)),
+        sites=_unique([*(h.site for h in holders.values() if h.site),
+                       *(s.site for s in waiters if s.site)]),
+        evidence=tuple(evidence),
+        next_step=(
+            "release the file lock before any collective: a rank that waits in a barrier (or "
+            "any collective) inside `with FileLock(...)` waits for ranks that wait for its lock; "
+            "let one rank build under the lock and put the barrier after it"
+        ),
     )
 
 

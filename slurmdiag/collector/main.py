@@ -26,6 +26,7 @@ from .discovery import (
     sibling_stepd_descendants,
     stepd_descendants,
 )
+from .filelocks import file_locks
 from .flight import fr_collect, fr_request
 from .framing import COLLECTOR_VERSION, FORMAT, Emitter, _write_line, loads
 from .gpus import collect_gpus
@@ -401,6 +402,14 @@ def read_process_state(run):
             entry["cpu_percent"] = round((stat["ticks"] - ticks) / tick / window * 100.0, 1)
         wchan = _read(f"/proc/{pid}/wchan", one_show=True)
         entry["wchan"] = wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
+    try:
+        locks = file_locks([e["pid"] for e in run.ranks])
+    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
+        run.errors.append(f"file locks not read: collector bug: {exc!r}")
+        return
+    for entry in run.ranks:
+        if entry["pid"] in locks:
+            entry["file_locks"] = locks[entry["pid"]]
 
 
 def finish_side_work(run):
