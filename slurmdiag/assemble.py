@@ -40,6 +40,7 @@ from slurmdiag.snapshot import (
     RecentTraffic,
     Sample,
     StraceSummary,
+    Tracer,
     WorkerProcess,
 )
 from slurmdiag.transport.base import NodeOutcome
@@ -159,6 +160,15 @@ def _recent_traffic(raw: nd.RecentTraffic | None) -> RecentTraffic | None:
     )
 
 
+def _tracer(raw: nd.Tracer | None) -> Tracer | None:
+    pid = _int(_mapping(raw).get("pid"))
+    if raw is None or pid is None:
+        return None
+    comm = raw.get("comm")
+    return Tracer(pid=pid, comm=str(comm) if comm else None,
+                  cmdline=tuple(str(a) for a in raw.get("cmdline") or ()))
+
+
 def _file_locks(raw: list[nd.FileLock] | None) -> tuple[FileLock, ...]:
     locks = []
     for item in raw or ():
@@ -205,6 +215,7 @@ def _rank(proc: nd.Process, workers: list[WorkerProcess]) -> Rank:
         connections=_connections(proc.get("connections")),
         recent_traffic=_recent_traffic(proc.get("recent_traffic")),
         file_locks=_file_locks(proc.get("file_locks")),
+        tracer=_tracer(proc.get("tracer")),
         workers=tuple(workers),
         errors=tuple(proc.get("errors") or ()),
     )

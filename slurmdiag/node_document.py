@@ -98,6 +98,12 @@ class FileLock(TypedDict, total=False):
     path: str | None
 
 
+class Tracer(TypedDict, total=False):
+    pid: int
+    comm: str | None
+    cmdline: list[str]
+
+
 class FlightRecorder(TypedDict, total=False):
     status: str  # ok | error | refused | timeout | not_hooked
     message: str | None
@@ -131,6 +137,7 @@ class Process(TypedDict, total=False):
     connections: list[Connection]
     recent_traffic: RecentTraffic
     file_locks: list[FileLock]
+    tracer: Tracer
     flight_recorder: FlightRecorder
     errors: list[str]
 

@@ -142,6 +142,16 @@ class FileLock:
 
 
 @dataclass(frozen=True)
+class Tracer:
+    """The process ptrace-attached to a rank when the collector came (a debugger left there:
+    gdb -p, a tool that never detached), from the rank's /proc/PID/status TracerPid."""
+
+    pid: int
+    comm: str | None = None
+    cmdline: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Rank:
     rank: int | None
     pid: int
@@ -161,6 +171,7 @@ class Rank:
     connections: tuple[Connection, ...] = ()
     recent_traffic: RecentTraffic | None = None
     file_locks: tuple[FileLock, ...] = ()
+    tracer: Tracer | None = None
     workers: tuple[WorkerProcess, ...] = ()
     errors: tuple[str, ...] = ()
 

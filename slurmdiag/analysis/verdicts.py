@@ -196,6 +196,11 @@ STRAGGLER_STEPS = {
     "stopped": (
         "the process is stopped (SIGSTOP, a debugger or ^Z): resume it with kill -CONT PID"
     ),
+    "traced": (
+        "a debugger holds the process in a tracing stop (ptrace: gdb -p, an IDE's attach, a "
+        "tool that never detached), named in the summary: detach it (quit it, or kill its "
+        "pid); kill -CONT does not resume a traced process"
+    ),
 }
 _BLOCK_PHRASES = {
     "data_loading": "blocked in data loading",
@@ -588,11 +593,28 @@ def _where(s: _Status) -> str:
         return f"{'moving in' if not s.digest.stationary else 'busy at'} {s.site}"
     if s.status == "blocked":
         phrase = _BLOCK_PHRASES.get(s.kind, s.kind)
+        if s.kind == "stopped" and _traced(s):
+            phrase = _traced_phrase(s)
         if _waits_for_thread(s):
             phrase = "waiting for another thread"  # named by _waits_on_thread
         via = f" ({s.via})" if s.via else ""
         return f"{phrase} at {s.site}{via}" if s.site else phrase
     return s.kind
+
+
+def _traced(s: _Status) -> bool:
+    """Held in a tracing stop (state t): by a debugger, not by a signal."""
+    return (s.digest.proc.state or "")[:1] == "t"
+
+
+def _traced_phrase(s: _Status) -> str:
+    """ "held in a tracing stop (state t) by pid 4242 (gdb -p 4100)" """
+    tracer = s.digest.proc.tracer
+    if tracer is None:
+        return "held in a tracing stop (state t: a debugger attached)"
+    what = " ".join(" ".join(arg.split()) for arg in tracer.cmdline)  # one line
+    what = (what if len(what) <= 80 else what[:79] + "…") or tracer.comm or "?"
+    return f"held in a tracing stop (state t) by pid {tracer.pid} ({what})"
 
 
 def _exit_phrase(s: _Status) -> str:
@@ -884,6 +906,8 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         else main_kind
     if all(s.ended for s in blocked) and any(s.digest.side_threads for s in blocked):
         step = "exit"
+    if main_kind == "stopped" and any(_traced(s) for s in blocked):
+        step = "traced"
     ranks = [s.rank for s in blocked]
     groups = _group_by(blocked, lambda s: (s.kind, s.site))
     places = "; ".join(

@@ -32,7 +32,7 @@ from .framing import COLLECTOR_VERSION, FORMAT, Emitter, _write_line, loads
 from .gpus import collect_gpus
 from .nics import collect_nics
 from .options import ArgsError, read_options
-from .procfs import _read, allowed_env, read_stat
+from .procfs import _read, allowed_env, read_stat, read_tracer
 from .sockets import connection_list, recent_activity, tcp_sockets
 from .stacks import (
     _in_dataloader_loop,
@@ -232,6 +232,9 @@ def describe_processes(run):
             "connections": [],
             "errors": [],
         }
+        tracer = read_tracer(info["pid"])  # before our own strace attaches
+        if tracer is not None:
+            entry["tracer"] = tracer
         run.window_start[info["pid"]] = (
             time.monotonic(),
             info["stat"]["ticks"],

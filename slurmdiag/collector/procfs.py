@@ -223,3 +223,20 @@ def allowed_env(env):
         ):
             out[name] = mask_url_credentials(env[name])
     return out
+
+
+def read_tracer(pid):
+    """{"pid", "comm", "cmdline"} of the process ptrace-attached to ``pid`` (a debugger: gdb -p,
+    a py-spy that never detached, another tool's strace), or None. Read before the collector's
+    own strace attaches. The cmdline is masked like the ranks' (read_cmdline)."""
+    status = _read(f"/proc/{pid}/status", one_show=True) or ""
+    for line in status.splitlines():
+        if line.startswith("TracerPid:"):
+            tracer = line[10:].strip()
+            if not tracer.isdigit() or tracer == "0":
+                return None
+            comm = _read(f"/proc/{tracer}/comm", one_show=True)
+            return {"pid": int(tracer), "comm": comm.strip() if comm else None,
+                    "cmdline": read_cmdline(int(tracer))[:8]}
+    return None
+
