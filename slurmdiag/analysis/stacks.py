@@ -603,14 +603,17 @@ def program_ended(frames: Sequence[Frame]) -> bool:
     While a program runs, its main thread's stack starts at the ``<module>`` of the script
     (under runpy's frames for ``python -m``, under multiprocessing's for a spawned child).
     After the script's last line Python joins the non-daemon threads (``threading._shutdown``)
-    and runs the atexit handlers: their frames hang from nothing."""
+    and runs the atexit handlers: their frames hang from nothing. A multiprocessing child calls
+    ``threading._shutdown`` itself once its target returned: that frame says it too."""
     python = [f for f in frames if not f.native]
-    return bool(python) and not any(
-        f.function == "<module>"
-        # a thread's stack starts in threading's _bootstrap: not a main thread at all
-        or (f.function.endswith("_bootstrap") and f.file.endswith("threading.py"))
-        for f in python
-    )
+    if any(f.function.endswith("_bootstrap") and f.file.endswith("threading.py")
+           for f in python):
+        return False  # a thread's stack starts in threading's _bootstrap: not a main thread
+    if any(f.function == "_shutdown" and f.file.endswith("threading.py") for f in python):
+        # multiprocessing's child (mp.spawn's ranks) joins its threads itself once its target
+        # returned, under its own <module>
+        return True
+    return bool(python) and not any(f.function == "<module>" for f in python)
 
 
 def pick_main_thread(sample: Sample, pid: int | None = None) -> tuple[ThreadStack | None, str]:

@@ -97,7 +97,10 @@ def test_a_main_thread_past_its_program_is_told_by_its_frames() -> None:
                       "_run_code runpy.py:88", "_run_module_as_main runpy.py:198")
     a_thread = stack("run loader.py:22", "run threading.py:982",
                      "_bootstrap_inner threading.py:1045", "_bootstrap threading.py:1002")
-    assert program_ended(shutdown) and program_ended(atexit_handler)
+    spawned = stack("_shutdown threading.py:1590", "_bootstrap multiprocessing/process.py:328",
+                    "_main multiprocessing/spawn.py:133", "spawn_main multiprocessing/spawn.py:120",
+                    "<module> <string>:1")  # an mp.spawn rank whose target returned
+    assert program_ended(shutdown) and program_ended(atexit_handler) and program_ended(spawned)
     assert not program_ended(running) and not program_ended(as_module)
     assert not program_ended(a_thread)  # a thread taken for the main one has no <module>
     assert not program_ended(stack()) and not program_ended((frame("clone libc.so.6"),))
