@@ -196,6 +196,13 @@ STRAGGLER_STEPS = {
     "stopped": (
         "the process is stopped (SIGSTOP, a debugger or ^Z): resume it with kill -CONT PID"
     ),
+    "pool": (
+        "a Pool task whose worker process died never returns: multiprocessing.Pool does not "
+        "notice a worker killed (by the kernel's OOM killer, a signal); check the node's kernel "
+        "log and the job's memory (dmesg, sacct -o MaxRSS), py-spy dump the pool's workers; "
+        "use concurrent.futures.ProcessPoolExecutor (it raises BrokenProcessPool) or "
+        "map_async(...).get(timeout=...)"
+    ),
     "traced": (
         "a debugger holds the process in a tracing stop (ptrace: gdb -p, an IDE's attach, a "
         "tool that never detached), named in the summary: detach it (quit it, or kill its "
@@ -207,6 +214,7 @@ _BLOCK_PHRASES = {
     "io": "blocked in I/O",
     "lock": "blocked on a lock",
     "sleep": "sleeping",
+    "pool": "waiting for its multiprocessing pool's workers",
     "poll": "polling in a sleep loop (its line moves, its CPU does not)",
     "blocked": "idle in a call from its own code",
     "kernel": "in uninterruptible kernel sleep (state D)",
@@ -356,7 +364,7 @@ def _measured_work(digest: RankDigest) -> bool | None:
 
 # A main thread blocked in these ways waits on something of its own (a child process, the kernel's
 # I/O, a stop signal), not on another of its threads.
-_OWN_BLOCKS = frozenset({"child", "kernel", "stopped"})
+_OWN_BLOCKS = frozenset({"child", "kernel", "stopped", "pool"})
 
 
 def _status(merge: StackMerge, digest: RankDigest) -> _Status:
@@ -436,6 +444,11 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
         if info.kind == "data_loading" and _workers_running(proc):
             # waiting for DataLoader workers that compute: the rank works through them
             return _Status(digest, "busy", "input", info.site, None, None, info)
+        if info.kind == "lock" and _in_pool(info):
+            # Pool.map & co: waiting for the pool's worker processes, not for a lock
+            if _workers_running(proc, "child"):
+                return _Status(digest, "busy", "input", info.site, None, None, info)
+            return _Status(digest, "blocked", "pool", info.site, None, None, info)
         # subprocess.run's wait is "I/O" by its frames; the kernel says it waits for a child
         kind = "child" if _wchan_hint(proc.wchan) == "child" else info.kind
         return _Status(digest, "blocked", kind, info.site, None, None, info)
@@ -447,11 +460,17 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
     return _Status(digest, "blocked", hint or "blocked", info.site, None, None, info)
 
 
-def _workers_running(proc: Rank) -> list[WorkerProcess]:
-    """The rank's DataLoader workers on a CPU: runnable (state R), or at least WORKING_CPU of a
-    core over the collection window."""
-    return [w for w in proc.workers if w.role == "dataloader_worker"
+def _workers_running(proc: Rank, role: str = "dataloader_worker") -> list[WorkerProcess]:
+    """The rank's DataLoader workers (or its children: ``role`` "child") on a CPU: runnable
+    (state R), or at least WORKING_CPU of a core over the collection window."""
+    return [w for w in proc.workers if w.role == role
             and ((w.state or "")[:1] == "R" or (w.cpu_percent or 0.0) >= 100 * WORKING_CPU)]
+
+
+def _in_pool(info: StackInfo) -> bool:
+    """The stack waits inside multiprocessing's Pool (map, apply, imap's next, a result's get):
+    for the pool's worker processes (pool_worker_killed)."""
+    return any(f.file.endswith("multiprocessing/pool.py") for f in info.frames if not f.native)
 
 
 def _view(status: _Status) -> RankView:
@@ -689,6 +708,12 @@ def _proc_evidence(s: _Status) -> str:
             bits.append(f"{worker.role} pid {worker.pid} state {worker.state}")
     if s.kind == "child":
         bits.extend(_children_of(s))
+    if s.kind == "pool":
+        pool = [w for w in p.workers if w.role == "child"]
+        bits.append(f"{len(pool)} worker process{'es' if len(pool) != 1 else ''} of its own: "
+                    + (", ".join(f"pid {w.pid} state {w.state or '?'}"
+                                 + (f" {w.cpu_percent:.0f}% CPU" if w.cpu_percent is not None
+                                    else "") for w in pool[:4]) or "none"))
     if s.digest.busy_threads:
         bits.append("busy threads: " + ", ".join(s.digest.busy_threads[:3]))
     if s.status == "blocked" and s.digest.side_threads:
@@ -1082,21 +1107,27 @@ def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
     a deadlocked worker)."""
     ranks = [s.rank for s in inputs]
     sites = _unique(s.site for s in inputs)
+    running = [(s, w) for s in inputs for w in (
+        *_workers_running(s.digest.proc), *_workers_running(s.digest.proc, "child"))]
+    pool = all(w.role == "child" for _, w in running) and bool(running)
+    kind = "pool worker" if pool else "DataLoader worker"
     workers = [
-        f"rank {s.rank}: DataLoader worker pid {w.pid} state {w.state or '?'}"
+        f"rank {s.rank}: {kind} pid {w.pid} state {w.state or '?'}"
         + (f", {w.cpu_percent:.0f}% CPU" if w.cpu_percent is not None else "")
         + (f", in {site}" if (site := _worker_site(w)) else "")
-        for s in inputs for w in _workers_running(s.digest.proc)
+        for s, w in running
     ]
+    what = "a slow pool task" if pool else "a slow input pipeline"
     why = (
-        f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for DataLoader workers that run "
-        "on the CPU: an input pipeline slower than the look is the same sight as a worker that "
-        "never finishes; a dead, idle or blocked worker is called a straggler"
+        f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for {kind}s that run "
+        f"on the CPU: {'a pool task' if pool else 'an input pipeline'} slower than the look is "
+        "the same sight as a worker that never finishes; a dead, idle or blocked worker is "
+        "called a straggler"
     )
     summary = (
-        f"a slow input pipeline or a hang, cannot tell: {_ranks_label(ranks)} "
-        f"{_verb(ranks, 'waits', 'wait')} for {'its' if len(ranks) == 1 else 'their'} DataLoader "
-        f"workers, which compute, at {', '.join(sites[:3])} while {_waiting_phrase(waiting)}"
+        f"{what} or a hang, cannot tell: {_ranks_label(ranks)} "
+        f"{_verb(ranks, 'waits', 'wait')} for {'its' if len(ranks) == 1 else 'their'} {kind}s, "
+        f"which compute, at {', '.join(sites[:3])} while {_waiting_phrase(waiting)}"
     )
     return Verdict(
         kind=VerdictKind.SLOW_STEP,

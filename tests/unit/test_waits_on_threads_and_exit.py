@@ -180,3 +180,45 @@ def test_every_rank_at_exit_with_a_slow_upload_is_not_a_hang(mode: str) -> None:
     for number in range(4):
         blind = map_rank(blind, number, lambda r: replace(r, recent_traffic=None))
     assert top(blind).severity in ("critical", "warning")
+
+
+# ------------------------------------------------------------- a multiprocessing pool's wait
+
+
+def test_a_rank_waiting_in_pool_map_for_a_lost_task_waits_for_its_pool() -> None:
+    # GIVEN rank 2's main thread in Pool.map (threading waits under multiprocessing/pool.py),
+    # one of its pool workers killed while holding a task, the two live workers idle
+    v = top(load("pool_worker_killed.default.lost_task"))
+    # THEN it is the straggler, waiting for its pool's workers (not "a lock"), told about
+    # lost tasks, and its worker processes are listed
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+    assert v.sites == (v.sites[0],) and v.sites[0].endswith("pool_worker_killed.py:39")
+    assert "is waiting for its multiprocessing pool's workers at" in v.summary
+    assert "BrokenProcessPool" in v.next_step and "holds the lock" not in v.next_step
+    assert any("2 worker processes of its own: pid " in line for line in v.evidence)
+
+
+def _without_traffic(rank):  # type: ignore[no-untyped-def]
+    return replace(rank, strace=None, recent_traffic=None)
+
+
+def test_a_rank_whose_pool_workers_compute_is_a_slow_task_or_a_hang() -> None:
+    # GIVEN pool_slow_tokenize (a healthy job): rank 1 in Pool.map while its two workers
+    # compute (state R, ~80 % CPU), the others in the all_reduce; without strace's evidence of
+    # collectives completing (a look inside one long step)
+    snapshot = load("pool_slow_tokenize.samples1.pool_busy")
+    for number in range(4):
+        snapshot = map_rank(snapshot, number, _without_traffic)
+    v = top(snapshot)
+    # THEN no alarm: a slow pool task or a hang, said as unsure, the workers named
+    assert (v.kind, v.severity) == ("slow_step", "info"), v
+    assert v.summary.startswith("a slow pool task or a hang, cannot tell: rank 1 waits for its "
+                                "pool workers, which compute, at "), v.summary
+    assert sum("rank 1: pool worker pid " in line for line in v.evidence) == 2
+    # AND with those workers idle the same sight is the lost task's straggler
+    def idle(rank):  # type: ignore[no-untyped-def]
+        return replace(rank, workers=tuple(replace(w, state="S", cpu_percent=0.0)
+                                           for w in rank.workers))
+    v = top(map_rank(snapshot, 1, idle))
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert "multiprocessing pool's workers" in v.summary
