@@ -31,7 +31,8 @@ Dump = list[dict[str, Any]]  # py-spy dump --json: one dict per thread, each wit
 
 
 def dump(py_spy: str, pid: int) -> Dump:
-    done = subprocess.run([py_spy, "dump", "--json", "--pid", str(pid)],
+    # --nonblocking: a rank held by a debugger (debugger_left_attached) cannot be suspended
+    done = subprocess.run([py_spy, "dump", "--json", "--nonblocking", "--pid", str(pid)],
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, f"py-spy dump --pid {pid}: {done.stderr.strip()}"
     return json.loads(done.stdout)
