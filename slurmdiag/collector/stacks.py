@@ -36,6 +36,43 @@ def slim_threads(threads):
     return out
 
 
+def _nspid(path):
+    """The ids of an NSpid line (/proc/.../status): this /proc's first, the innermost last."""
+    for line in (_read(path, one_show=True) or "").splitlines():
+        if line.startswith("NSpid:"):
+            return [int(x) for x in line.split()[1:] if x.isdigit()]
+    return []
+
+
+def node_tids(pid):
+    """{thread id as the process's own PID namespace numbers it: as this node's /proc does} for a
+    process in another PID namespace (a container runtime's: podman, apptainer --containall),
+    else None. py-spy gives each thread's id as the process sees it (1 for a container's first
+    process); the collector's per-thread readings and the main thread's rule (its id is the
+    pid) use the node's."""
+    if len(_nspid(f"/proc/{pid}/status")) < 2:
+        return None
+    found = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        ids = _nspid(f"/proc/{pid}/task/{tid}/status")
+        if len(ids) >= 2:
+            found[ids[-1]] = ids[0]
+    return found
+
+
+def to_node_tids(threads, pid):
+    """``threads`` (py-spy's JSON) with their os_thread_id as the node numbers them."""
+    mapping = node_tids(pid)
+    if mapping:
+        for thread in threads:
+            thread["os_thread_id"] = mapping.get(thread["os_thread_id"], thread["os_thread_id"])
+    return threads
+
+
 def _in_dataloader_loop(threads):
     for thread in threads or ():
         for frame in thread["frames"]:
@@ -322,7 +359,7 @@ def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
     rc, out, err, timeout_note = yield from tool_run(argv, timeout)
     if rc == 0:
         try:
-            raw = loads(out)
+            raw = to_node_tids(loads(out), pid)
             sample = {"t": t, "threads": slim_threads(raw), "error": None, "usage": usage}
             if groups:
                 sample["groups"] = group_locals(raw, pid)
