@@ -240,3 +240,13 @@ def read_tracer(pid):
                     "cmdline": read_cmdline(int(tracer))[:8]}
     return None
 
+
+def task_statuses(pid):
+    """[(tid, /proc/PID/task/TID/status text)] of the process's threads (a thread gone meanwhile
+    has no text: ""), or None when the process is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    return [(tid, _read(f"/proc/{pid}/task/{tid}/status") or "") for tid in tids]
+

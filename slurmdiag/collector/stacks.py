@@ -5,7 +5,7 @@ import time
 
 from .discovery import _as_int
 from .framing import loads
-from .procfs import _read, read_stat
+from .procfs import _read, read_stat, task_statuses
 from .tools import FINISH_RESERVE_S, _one_line, run_tasks, tool_run
 
 
@@ -36,9 +36,9 @@ def slim_threads(threads):
     return out
 
 
-def _nspid(path):
-    """The ids of an NSpid line (/proc/.../status): this /proc's first, the innermost last."""
-    for line in (_read(path, one_show=True) or "").splitlines():
+def _nspid(status):
+    """The ids of a status text's NSpid line: this /proc's first, the innermost last."""
+    for line in status.splitlines():
         if line.startswith("NSpid:"):
             return [int(x) for x in line.split()[1:] if x.isdigit()]
     return []
@@ -50,18 +50,14 @@ def node_tids(pid):
     else None. py-spy gives each thread's id as the process sees it (1 for a container's first
     process); the collector's per-thread readings and the main thread's rule (its id is the
     pid) use the node's."""
-    if len(_nspid(f"/proc/{pid}/status")) < 2:
+    if len(_nspid(_read(f"/proc/{pid}/status", one_show=True) or "")) < 2:
         return None
     found = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for tid in tids:
-        ids = _nspid(f"/proc/{pid}/task/{tid}/status")
+    for _, status in task_statuses(pid) or ():
+        ids = _nspid(status)
         if len(ids) >= 2:
             found[ids[-1]] = ids[0]
-    return found
+    return found or None
 
 
 def to_node_tids(threads, pid):

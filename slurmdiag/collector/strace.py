@@ -4,7 +4,7 @@ import _signal
 import posix as os
 import time
 
-from .procfs import _read, read_stat
+from .procfs import read_stat, task_statuses
 from .tools import Task, Tool, _one_line, pump_until
 
 
@@ -89,15 +89,11 @@ def start_strace(ranks, strace, strace_s, clock, errors):
 def _traced(pid):
     """Has every thread of ``pid`` a tracer (TracerPid) that let it go on (not in a tracing
     stop), or is the process gone?"""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
+    statuses = task_statuses(pid)
+    if statuses is None:
         return True
-    for tid in tids:
-        status = _read(f"/proc/{pid}/task/{tid}/status")
-        if status and ("TracerPid:\t0\n" in status or "(tracing stop)" in status):
-            return False
-    return True
+    return not any("TracerPid:\t0\n" in status or "(tracing stop)" in status
+                   for _, status in statuses)
 
 
 def wait_attached(ranks, tasks, until):
