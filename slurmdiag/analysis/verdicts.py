@@ -1042,9 +1042,9 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
 
 def _crashed_in_log(snapshot: Snapshot, ranks: Sequence[int]) -> bool:
     """The job's log holds an exit code (srun's "task N: Exited with exit code C") or a
-    traceback of one of ``ranks``."""
+    traceback of one of ``ranks``, or a traceback of no rank (unprefixed: it may be theirs)."""
     return any(f.kind in ("task_exit", "traceback") and f.rank in ranks
-               for f in snapshot.log_findings)
+               or f.kind == "traceback" and f.rank is None for f in snapshot.log_findings)
 
 
 def _works_at_exit(s: _Status) -> bool:
@@ -1497,9 +1497,7 @@ def _hang_verdicts(
             )
         ], False
 
-    held = _lock_waits(statuses)
-    if held:
-        return [_lock_deadlock(statuses, held, merge.max_samples < 2)], True
+    held = _lock_waits(statuses)  # before peer waits turn its waiters into "waiting"
     statuses, peer_note = _peer_waits(statuses)
     statuses, group_notes = _with_groups(statuses, layout.world_size)
     by_status: dict[str, list[_Status]] = {}
@@ -1560,6 +1558,8 @@ def _hang_verdicts(
             "(no thread's OS id equals the pid in py-spy's output)"
         )
 
+    if held:  # after the progress checks: a look in which collectives complete is no deadlock
+        return [_lock_deadlock(statuses, held, single)], True
     ended = all(s.ended for s in statuses)
     if ended and any(_works_at_exit(s) for s in statuses):
         return [_finishing(statuses, layout.missing)], False
@@ -1681,8 +1681,13 @@ def _lock_waits(statuses: list[_Status]) -> dict[int, tuple[_Status, FileLock]]:
                 continue
             holder = at.get((s.digest.node, lock.holder_pid)) if lock.holder_pid else None
             if holder is None:
+                # a holder the node's table names is that pid (on the node, or a rank elsewhere
+                # of that pid holding that inode: nodes that share a kernel); none named: the
+                # one rank that holds the inode with the same path
                 others = [h for h, mine in holding.get(lock.inode, ())
-                          if h is not s and (None in (mine.path, lock.path)
+                          if h is not s and (h.digest.proc.pid == lock.holder_pid
+                                             if lock.holder_pid else
+                                             None in (mine.path, lock.path)
                                              or mine.path == lock.path)]
                 holder = others[0] if len({h.rank for h in others}) == 1 else None
             if holder is not None and holder is not s and holder.status in ("waiting", "blocked"):

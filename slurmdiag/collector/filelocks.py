@@ -16,6 +16,8 @@ joins the waiters' inode with the locks the other nodes' ranks hold. OFD locks c
 
 import posix as os
 
+from .procfs import _read
+
 #: Locks kept per process: a rank holding hundreds (one per cached shard) needs only a few named.
 MAX_LOCKS = 16
 
@@ -43,10 +45,8 @@ def file_locks(pids, text=None):
     when this node's table shows it (None otherwise, or when the holder has no pid). ``text``:
     /proc/locks' content (tests)."""
     if text is None:
-        try:
-            with open("/proc/locks") as f:
-                text = f.read()
-        except OSError:
+        text = _read("/proc/locks")  # records: read to the end
+        if text is None:
             return {}
     wanted = set(pids)
     holders = {}  # lock number -> pid
@@ -85,9 +85,8 @@ def _name_files(pid, locks):
         return
     paths = {}
     for fd in fds:
+        info = _read(f"/proc/{pid}/fdinfo/{fd}") or ""
         try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                info = f.read()
             inode = next((int(line[4:]) for line in info.splitlines()
                           if line.startswith("ino:")), None)
             if inode in inodes and inode not in paths:

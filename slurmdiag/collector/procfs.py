@@ -249,4 +249,3 @@ def task_statuses(pid):
     except OSError:
         return None
     return [(tid, _read(f"/proc/{pid}/task/{tid}/status") or "") for tid in tids]
-

@@ -65,7 +65,8 @@ def to_node_tids(threads, pid):
     mapping = node_tids(pid)
     if mapping:
         for thread in threads:
-            thread["os_thread_id"] = mapping.get(thread["os_thread_id"], thread["os_thread_id"])
+            ns_tid = thread.get("os_thread_id")
+            thread["os_thread_id"] = mapping.get(ns_tid, ns_tid)
     return threads
 
 

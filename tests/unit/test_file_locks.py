@@ -177,3 +177,32 @@ def test_a_rank_waiting_for_its_own_lock_is_not_blamed_on_another() -> None:
     v = top(map_ranks(deadlock(), own))
     # THEN rank 1 is not said to wait for rank 0 (ranks 2 and 3 still do)
     assert "ranks 2-3 wait for" in v.summary and "1-3" not in v.summary, v
+
+
+def test_a_lock_held_by_a_process_that_is_no_rank_blames_no_rank() -> None:
+    # GIVEN the waiters' tables naming a holder pid that is no rank of the job (a stale
+    # process of an earlier job holding the cache's lock), while rank 0 still holds the inode
+    def stale(rank):  # type: ignore[no-untyped-def]
+        return replace(rank, file_locks=tuple(x if x.held else replace(x, holder_pid=424242)
+                                              for x in rank.file_locks))
+    # THEN rank 0 is not made the holder by its inode: the table named someone else
+    assert "holds the file lock" not in top(map_ranks(deadlock(), stale)).summary
+
+
+def test_a_look_in_which_collectives_complete_is_no_lock_deadlock() -> None:
+    # GIVEN the same locks, but strace saw every rank move data (collectives complete: the
+    # holder's collective was on a subgroup with other ranks, and it moves on)
+    from slurmdiag.snapshot import RecentConnection, RecentTraffic, StraceSummary, SyscallCount
+
+    def talking(rank):  # type: ignore[no-untyped-def]
+        return replace(
+            rank,
+            strace=StraceSummary(status="ok", window_s=2.0, syscalls=(
+                SyscallCount(syscall="sendmsg", calls=200),
+                SyscallCount(syscall="recvmsg", calls=200))),
+            recent_traffic=RecentTraffic(within_ms=2500, checked=1, active=tuple(
+                RecentConnection(c.local, c.remote, 10, 10) for c in rank.connections
+                if c.state == "ESTABLISHED")))
+    v = top(map_ranks(deadlock(), talking))
+    # THEN the progress rules speak first
+    assert "holds the file lock" not in v.summary, v

@@ -134,6 +134,16 @@ def test_a_rank_that_crashed_meanwhile_is_still_reported() -> None:
     assert any(x.kind == "missing_rank" and 2 in x.culprit_ranks for x in verdicts), verdicts
 
 
+def test_an_unprefixed_traceback_in_the_log_keeps_the_missing_ranks_reported() -> None:
+    # GIVEN the same sight, with a traceback no rank prefix names (it may be a gone rank's)
+    crashed = replace(load("exit_waits_uploader.default.at_exit"), log_findings=(LogFinding(
+        source="job.out", line_no=12, kind="traceback", rank=None,
+        text="RuntimeError: CUDA error: an illegal memory access was encountered"),))
+    verdicts = diagnose(crashed).verdicts
+    assert (verdicts[0].kind, verdicts[0].culprit_ranks) == ("straggler", (1,))
+    assert any(x.kind == "missing_rank" for x in verdicts), verdicts
+
+
 def test_a_rank_at_exit_while_the_others_wait_in_a_collective_left_the_loop_early() -> None:
     # GIVEN rank 3 at exit (its uploader in a socket read), ranks 0-2 in the all_reduce
     uploader = thread(stack("recv_into socket.py:706", "upload ckpt.py:62",
