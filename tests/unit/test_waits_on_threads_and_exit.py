@@ -232,3 +232,16 @@ def test_a_rank_whose_pool_workers_compute_is_a_slow_task_or_a_hang() -> None:
     v = top(map_rank(snapshot, 1, idle))
     assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
     assert "multiprocessing pool's workers" in v.summary
+
+
+def test_a_rank_stuck_in_its_exit_handler_is_blamed_not_the_ranks_that_finished() -> None:
+    # GIVEN exit_handler_flush: rank 3's atexit handler in a socket recv (no non-daemon
+    # thread, no <module> frame); ranks 0-2 finished and are gone (before: missing_rank 0-2)
+    verdicts = diagnose(load("exit_handler_flush.default.at_exit")).verdicts
+    v = verdicts[0]
+    # THEN rank 3, at its handler's line, said to be at exit in an exit handler
+    assert (v.kind, v.culprit_ranks) == ("straggler", (3,)), v
+    assert v.sites == (v.sites[0],) and v.sites[0].endswith("exit_handler_flush.py:51")
+    assert "at interpreter exit: its program has ended, blocked in I/O at " in v.summary
+    assert "(an exit handler)" in v.summary
+    assert not any({0, 1, 2} & set(x.culprit_ranks) for x in verdicts if x.severity != "info")
