@@ -18,8 +18,9 @@
 4. The culprits are the ranks that explain why the waiting ones wait, most specific first:
    ``missing_rank`` (dead or missing), ``straggler`` (blocked), ``spinning`` (busy; but
    ``slow_step``, info, when the busy ranks are fewer than the waiting ones, all in native code
-   without the GIL on one line for less than LONG_STEP_S of samples, on nodes without GPUs: a
-   compute step longer than the look is the same sight). If every
+   (active, without the GIL in most samples, on one line or moving) for less than LONG_STEP_S
+   of samples, on nodes without GPUs: a compute step or an evaluation longer than the look is
+   the same sight). If every
    known rank waits: one collective position -> ``all_waiting`` (the cause is below Python);
    several -> ``mismatched_collective``, where the minority is the culprit. Ranks py-spy could
    not read while all others wait in one collective are suspects (``straggler``, warning). When
@@ -76,6 +77,7 @@ from slurmdiag.snapshot import (
     Rank,
     Sample,
     Snapshot,
+    ThreadStack,
     Verdict,
     WorkerProcess,
 )
@@ -1003,16 +1005,25 @@ def _spinning(busy: list[_Status], waiting: list[_Status], severity: str) -> Ver
 
 
 def _native_step(s: _Status) -> bool:
-    """Busy on one line in native code (its main thread active without the GIL in every sample:
-    a tensor kernel or a C call that released it) for less than LONG_STEP_S of samples."""
+    """Computing in native code: its main thread active in every sample and without the GIL
+    (a tensor kernel, a C call that released it) in more than half of them, on one line or
+    moving (an evaluation loop: forward passes, then its metrics in Python), for less than
+    LONG_STEP_S of samples. A loop spinning in Python holds the GIL in (nearly) every sample."""
     samples = [x for x in s.digest.proc.samples if x.threads]
-    if not samples or not s.digest.stationary:
+    if not samples:
         return False
     span = samples[-1].t - samples[0].t
     if span >= LONG_STEP_S:
         return False
     threads = [main_thread(x, s.digest.proc.pid) for x in samples]
-    return all(t is not None and t.active and not t.owns_gil for t in threads)
+    if not all(t is not None and t.active for t in threads):
+        return False
+    return 2 * _released(threads) > len(threads)
+
+
+def _released(threads: Sequence[ThreadStack | None]) -> int:
+    """How many of these samples of a thread show it without the GIL."""
+    return sum(1 for t in threads if t is not None and not t.owns_gil)
 
 
 def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
@@ -1024,11 +1035,17 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
     samples = max(len(s.digest.proc.samples) for s in busy)
     span = max((s.digest.proc.samples[-1].t - s.digest.proc.samples[0].t) for s in busy)
     ranks = [s.rank for s in busy]
+    released = [_released([main_thread(x, s.digest.proc.pid) for x in s.digest.proc.samples
+                           if x.threads]) for s in busy]
+    how = (f"without the GIL in {min(released)} of {samples} samples"
+           if min(released) < samples else f"without the GIL in {samples} sample(s)")
+    line = ("on one line" if all(s.digest.stationary for s in busy)
+            else "its line moving" if len(busy) == 1 else "their lines moving")
     why = (
         f"{_ranks_label(ranks)} {_verb(ranks, 'computes', 'compute')} in native code (main "
-        f"thread active without the GIL, on one line) in {samples} sample(s) over "
-        f"{span:.1f} s: a compute step longer than that looks the same as a hang; a loop "
-        "spinning in Python holds the GIL and is called spinning"
+        f"thread active, {how}, {line}) over {span:.1f} s: a compute step or an evaluation "
+        "longer than that looks the same as a hang; a loop spinning in Python holds the GIL "
+        "and is called spinning"
     )
     return replace(
         verdict,

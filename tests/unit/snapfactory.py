@@ -93,10 +93,14 @@ def dataloader_wait(user_line: int = 44) -> Stack:
 
 
 def thread(
-    frames: Stack, name: str = "MainThread", active: bool = False, thread_id: int = 1
+    frames: Stack, name: str = "MainThread", active: bool = False, thread_id: int = 1,
+    owns_gil: bool | None = None,
 ) -> ThreadStack:
+    """A thread; an active one runs Python and holds the GIL unless ``owns_gil`` says not (a
+    tensor kernel or a C call that released it)."""
     return ThreadStack(
-        name=name, thread_id=thread_id, os_thread_id=thread_id, active=active, frames=frames
+        name=name, thread_id=thread_id, os_thread_id=thread_id, active=active, frames=frames,
+        owns_gil=active if owns_gil is None else owns_gil,
     )
 
 
