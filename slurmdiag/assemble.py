@@ -28,6 +28,7 @@ from slurmdiag.parsers.nvidia_smi import (
 from slurmdiag.parsers.pyspy import parse_pyspy_json
 from slurmdiag.parsers.strace import parse_strace_summary
 from slurmdiag.snapshot import (
+    BlockedCall,
     Connection,
     FileLock,
     GpuState,
@@ -183,6 +184,20 @@ def _file_locks(raw: list[nd.FileLock] | None) -> tuple[FileLock, ...]:
     return tuple(locks)
 
 
+def _blocked_calls(raw: list[nd.BlockedCall] | None) -> tuple[BlockedCall, ...]:
+    calls = []
+    for item in raw or ():
+        tid, fd = _int(item.get("tid")), _int(item.get("fd"))
+        if tid is None or fd is None or not item.get("call"):
+            continue
+        calls.append(BlockedCall(
+            tid=tid, call=str(item["call"]), fd=fd,
+            target=str(item["target"]) if item.get("target") else None,
+            local=str(item["local"]) if item.get("local") else None,
+            remote=str(item["remote"]) if item.get("remote") else None))
+    return tuple(calls)
+
+
 def _connections(raw: list[nd.Connection] | None) -> tuple[Connection, ...]:
     return tuple(
         Connection(
@@ -216,6 +231,7 @@ def _rank(proc: nd.Process, workers: list[WorkerProcess]) -> Rank:
         recent_traffic=_recent_traffic(proc.get("recent_traffic")),
         file_locks=_file_locks(proc.get("file_locks")),
         tracer=_tracer(proc.get("tracer")),
+        blocked_calls=_blocked_calls(proc.get("blocked_calls")),
         workers=tuple(workers),
         errors=tuple(proc.get("errors") or ()),
     )

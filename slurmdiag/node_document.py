@@ -104,6 +104,16 @@ class Tracer(TypedDict, total=False):
     cmdline: list[str]
 
 
+
+class BlockedCall(TypedDict, total=False):
+    tid: int
+    call: str  # recvfrom, sendto, read, write, flock, ... (a system call on a descriptor)
+    fd: int
+    target: str | None  # /proc/PID/fd/FD's link: socket:[INODE], pipe:[INODE], a path
+    local: str  # a socket's endpoints, when the collector's socket reading saw it
+    remote: str
+
+
 class FlightRecorder(TypedDict, total=False):
     status: str  # ok | error | refused | timeout | not_hooked
     message: str | None
@@ -138,6 +148,7 @@ class Process(TypedDict, total=False):
     recent_traffic: RecentTraffic
     file_locks: list[FileLock]
     tracer: Tracer
+    blocked_calls: list[BlockedCall]
     flight_recorder: FlightRecorder
     errors: list[str]
 

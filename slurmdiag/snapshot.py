@@ -152,6 +152,20 @@ class Tracer:
 
 
 @dataclass(frozen=True)
+class BlockedCall:
+    """A thread of a rank sitting in a system call on a descriptor when the collector looked
+    (/proc/PID/task/TID/syscall): ``target`` is what the descriptor is (``socket:[N]``,
+    ``pipe:[N]``, a path), ``local``/``remote`` a socket's endpoints when known."""
+
+    tid: int
+    call: str
+    fd: int
+    target: str | None = None
+    local: str | None = None
+    remote: str | None = None
+
+
+@dataclass(frozen=True)
 class Rank:
     rank: int | None
     pid: int
@@ -172,6 +186,7 @@ class Rank:
     recent_traffic: RecentTraffic | None = None
     file_locks: tuple[FileLock, ...] = ()
     tracer: Tracer | None = None
+    blocked_calls: tuple[BlockedCall, ...] = ()
     workers: tuple[WorkerProcess, ...] = ()
     errors: tuple[str, ...] = ()
 

@@ -71,6 +71,7 @@ from slurmdiag.analysis.stacks import (
 )
 from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.snapshot import (
+    BlockedCall,
     FileLock,
     Frame,
     LogFinding,
@@ -945,6 +946,7 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
     tail = f" while {_waiting_phrase(waiting)}" if waiting else ", outside any collective"
     summary = f"{_ranks_label(ranks)} {verb} {places}{tail}"
     evidence = [_proc_evidence(s) for s in blocked[:8]]
+    evidence.extend(line for s in blocked[:4] for line in _call_evidence(s))
     if waiting:
         evidence.extend(_group_evidence(waiting, limit=4))
     return Verdict(
@@ -1067,12 +1069,57 @@ def _crashed_in_log(snapshot: Snapshot, ranks: Sequence[int]) -> bool:
 def _works_at_exit(s: _Status) -> bool:
     """A rank past its program's end that still works: CPU or I/O measured between samples,
     data moved on one of its connections in strace's window (recent_traffic: a blocking send
-    of a large upload is one system call that returns only at its end), or transfer calls."""
+    of a large upload is one system call that returns only at its end), or transfer calls;
+    but not data that moved only beside the connections its threads wait on (_quiet_waits)."""
     digest = s.digest
     recent = digest.proc.recent_traffic
     calls = _traffic(digest)
-    return bool(_measured_work(digest) or (recent is not None and recent.active)
-                or (calls is not None and calls >= TRAFFIC_CALLS))
+    moved = bool((recent is not None and recent.active)
+                 or (calls is not None and calls >= TRAFFIC_CALLS))
+    return bool(_measured_work(digest) or (moved and not _quiet_waits(digest.proc)))
+
+
+# System calls that move data on a descriptor (a thread sitting in one waits for its peer)
+_TRANSFER_CALLS = frozenset({"read", "write", "readv", "writev", "recvfrom", "sendto", "recvmsg",
+                             "sendmsg", "recvmmsg", "sendmmsg", "sendfile"})
+
+
+def _socket_waits(proc: Rank) -> list[BlockedCall]:
+    """The rank's threads sitting in a transfer call on an established TCP connection."""
+    return [c for c in proc.blocked_calls if c.call in _TRANSFER_CALLS and c.local and c.remote
+            and not c.remote.endswith(":0")]
+
+
+def _quiet_waits(proc: Rank) -> bool:
+    """Threads of the rank wait in send/receive calls on connections that carried no data in
+    strace's window, and none on one that did: the data the window saw moved beside them (a
+    daemon's heartbeat, a monitor), not what they wait for (exit_heartbeat_stuck). False when
+    the collector read no such call or no traffic (an older collector, no strace)."""
+    recent = proc.recent_traffic
+    waits = _socket_waits(proc)
+    if recent is None or not waits:
+        return False
+    active = {(c.local, c.remote) for c in recent.active}
+    return not any((c.local, c.remote) in active for c in waits)
+
+
+def _call_evidence(s: _Status) -> list[str]:
+    """Where the rank's threads sit in a send or receive, named by thread and connection, and
+    whether that connection carried data in strace's window."""
+    proc = s.digest.proc
+    names = {t.os_thread_id: t.name for x in proc.samples for t in x.threads or ()
+             if t.os_thread_id is not None and t.name}
+    recent = proc.recent_traffic
+    active = {(c.local, c.remote) for c in recent.active} if recent is not None else None
+    lines = []
+    for c in _socket_waits(proc)[:3]:
+        who = f"thread {names[c.tid]} (tid {c.tid})" if c.tid in names else f"thread {c.tid}"
+        line = f"rank {s.rank}: {who} in {c.call} on {c.local} -> {c.remote}"
+        if active is not None and recent is not None:
+            line += ("; data moved on it in strace's window" if (c.local, c.remote) in active
+                     else f"; no data on it in the last {recent.within_ms / 1000:.1f} s")
+        lines.append(line)
+    return lines
 
 
 def _finishing(statuses: list[_Status], missing: Sequence[int]) -> Verdict:

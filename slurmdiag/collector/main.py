@@ -49,6 +49,7 @@ from .strace import (
     start_strace,
     wait_attached,
 )
+from .syscalls import blocked_calls
 from .tools import (
     FINISH_RESERVE_S,
     Clock,
@@ -271,9 +272,9 @@ def request_flight_recorder(run):
 def read_sockets(run):
     """The TCP sockets of every process: mp.spawn's children become ranks only after round one."""
     try:
-        run.sockets["ids"] = {}
+        run.sockets["ids"], run.sockets["endpoints"] = {}, {}
         run.sockets["by_pid"], run.doc["sockets_read_with"] = tcp_sockets(
-            [e["pid"] for e in run.entries], run.sockets["ids"])
+            [e["pid"] for e in run.entries], run.sockets["ids"], run.sockets["endpoints"])
     except Exception as exc:  # noqa: BLE001 - sockets must not cost the stacks
         run.sockets["by_pid"] = {}
         run.errors.append(f"sockets not read: collector bug: {exc!r}")
@@ -406,13 +407,30 @@ def read_process_state(run):
         wchan = _read(f"/proc/{pid}/wchan", one_show=True)
         entry["wchan"] = wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
     try:
+        read_blocked_calls(run)
         locks = file_locks([e["pid"] for e in run.ranks])
     except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
-        run.errors.append(f"file locks not read: collector bug: {exc!r}")
+        run.errors.append(f"file locks or system calls not read: collector bug: {exc!r}")
         return
     for entry in run.ranks:
         if entry["pid"] in locks:
             entry["file_locks"] = locks[entry["pid"]]
+
+
+def read_blocked_calls(run):
+    """Each rank's threads sitting in a system call on a descriptor, a socket named by its
+    connection's endpoints when round one's socket reading saw it."""
+    endpoints = run.sockets.get("endpoints") or {}
+    for entry in run.ranks:
+        calls = blocked_calls(entry["pid"])
+        for call in calls:
+            target = call["target"] or ""
+            if target.startswith("socket:[") and target[8:-1].isdigit():
+                ends = endpoints.get(int(target[8:-1]))
+                if ends is not None:
+                    call["local"], call["remote"] = ends
+        if calls:
+            entry["blocked_calls"] = calls
 
 
 def finish_side_work(run):

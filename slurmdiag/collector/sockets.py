@@ -224,7 +224,7 @@ def _proc_net_tcp(pid, wanted):
     return found
 
 
-def tcp_sockets(pids, ids=None):
+def tcp_sockets(pids, ids=None, endpoints=None):
     """({pid: [socket tuple, ...] or None when its fds cannot be read}, how they were read).
 
     Each process's sockets are found from /proc/PID/fd and read through copies of its own
@@ -234,7 +234,8 @@ def tcp_sockets(pids, ids=None):
     namespace from its /proc/PID/net/tcp{,6}, read once per namespace. ``how`` is
     "descriptors", "netlink", "proc" or several, each fallback after the reason for it.
     ``ids`` (a dict) gets {pid: [(key, local endpoint, remote endpoint), ...]} of the
-    process's ESTABLISHED sockets, the keys for recent_activity.
+    process's ESTABLISHED sockets, the keys for recent_activity; ``endpoints`` (a dict)
+    {inode: (local endpoint, remote endpoint)} of every socket read.
     """
     import _socket
 
@@ -273,6 +274,8 @@ def tcp_sockets(pids, ids=None):
             got = _proc_net_tcp(pid, wanted)
             how.append("proc")
         table.update(got)  # socket inodes are unique on the host, across namespaces
+    if endpoints is not None:
+        endpoints.update((inode, _endpoints(entry)) for inode, entry in table.items())
     out = {}
     for pid, found in fds.items():
         out[pid] = None if found is None else [table[i] for i in found.values() if i in table]

@@ -1,0 +1,85 @@
+"""The system call each thread of a process sits in, and what its file descriptor is.
+
+What an engineer reads by hand (``cat /proc/PID/task/*/syscall``, ``ls -l /proc/PID/fd``): a
+thread blocked in ``recvfrom(7, ...)`` where fd 7 is ``socket:[81234]`` waits for a peer on
+that connection; one in ``write(12, ...)`` on ``pipe:[4411]`` for a reader of that pipe. py-spy
+says which Python line a thread is on; this says which descriptor it waits on, so the analysis
+can tell a connection that carries data (an upload) from the one a stuck thread waits on.
+
+/proc/PID/task/TID/syscall is ``NR ARG0 ... ARG5 SP PC`` for a thread in a system call,
+``running`` or ``-1 SP PC`` otherwise; reading it needs the same access as ptrace (as py-spy
+does). Only calls whose first argument is a descriptor are kept. Stdlib only, posix not os.
+"""
+
+import posix as os
+
+# System call numbers whose first argument is a file descriptor, per architecture (x86_64:
+# arch/x86/entry/syscalls/syscall_64.tbl; aarch64 and other new ports: asm-generic/unistd.h).
+FD_CALLS = {
+    "x86_64": {
+        0: "read", 1: "write", 17: "pread64", 18: "pwrite64", 19: "readv", 20: "writev",
+        40: "sendfile", 42: "connect", 43: "accept", 44: "sendto", 45: "recvfrom",
+        46: "sendmsg", 47: "recvmsg", 72: "fcntl", 73: "flock", 74: "fsync", 75: "fdatasync",
+        288: "accept4", 295: "preadv", 296: "pwritev", 299: "recvmmsg", 307: "sendmmsg",
+    },
+    "aarch64": {
+        25: "fcntl", 32: "flock", 63: "read", 64: "write", 65: "readv", 66: "writev",
+        67: "pread64", 68: "pwrite64", 69: "preadv", 70: "pwritev", 71: "sendfile",
+        82: "fsync", 83: "fdatasync", 202: "accept", 203: "connect", 206: "sendto",
+        207: "recvfrom", 211: "sendmsg", 212: "recvmsg", 242: "accept4", 243: "recvmmsg",
+        269: "sendmmsg",
+    },
+}
+#: Threads kept per process: a pool of a hundred readers needs a few named.
+MAX_CALLS = 16
+
+
+def parse_syscall(text, table):
+    """(call name, fd) of one /proc/PID/task/TID/syscall text, or None: not in a system call,
+    or in one without a descriptor as its first argument."""
+    fields = (text or "").split()
+    if len(fields) < 2 or not fields[0].isdigit():
+        return None  # "running", "-1 sp pc", unreadable
+    name = table.get(int(fields[0]))
+    if name is None:
+        return None
+    try:
+        return name, int(fields[1], 16)
+    except ValueError:
+        return None
+
+
+def blocked_calls(pid, machine=None):
+    """[{"tid", "call", "fd", "target"}] of ``pid``'s threads sitting in a system call on a
+    descriptor (``target``: what /proc/PID/fd/FD links to: ``socket:[INODE]``, ``pipe:[INODE]``,
+    a path), at most MAX_CALLS; [] on an architecture without a table or a process gone."""
+    table = FD_CALLS.get(machine or os.uname().machine)
+    if table is None:
+        return []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except (OSError, ValueError):
+        return []
+    found = []
+    for tid in tids:
+        try:
+            fd = os.open(f"/proc/{pid}/task/{tid}/syscall", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            text = os.read(fd, 512).decode("ascii", "replace")
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        call = parse_syscall(text, table)
+        if call is None:
+            continue
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{call[1]}")
+        except OSError:
+            target = None
+        found.append({"tid": int(tid), "call": call[0], "fd": call[1], "target": target})
+        if len(found) >= MAX_CALLS:
+            break
+    return found

@@ -1,0 +1,147 @@
+"""The system call each thread sits in and the descriptor it waits on (collector/syscalls.py),
+read from real processes, and what the analysis makes of it: a rank stuck at exit while its
+heartbeat keeps talking (`exit_heartbeat_stuck`, recorded by `make accuracy`) against a rank
+whose upload at exit is slow but moving (`exit_slow_upload`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.assemble import _blocked_calls
+from slurmdiag.collector.main import read_blocked_calls
+from slurmdiag.collector.sockets import tcp_sockets
+from slurmdiag.collector.syscalls import FD_CALLS, blocked_calls, parse_syscall
+from slurmdiag.snapshot import Rank, Snapshot
+
+ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
+
+# A process whose main thread blocks in a TCP receive and whose "writer" thread blocks writing
+# to a full pipe; it prints its pid, the socket's fd and the pipe's write end.
+BLOCKED = r"""
+import os, socket, threading
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
+conn = socket.create_connection(server.getsockname())
+read_end, write_end = os.pipe()
+threading.Thread(target=lambda: os.write(write_end, b"x" * 200000), name="writer").start()
+print(os.getpid(), conn.fileno(), write_end, flush=True)
+conn.recv(10)
+"""
+
+
+@pytest.fixture
+def blocked() -> Iterator[tuple[int, int, int]]:
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKED], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    pid, sock, pipe = (int(x) for x in proc.stdout.readline().split())
+    deadline = time.monotonic() + 10
+    while len(blocked_calls(pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield pid, sock, pipe
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
+def test_each_blocked_thread_is_read_with_its_call_and_what_its_descriptor_is(
+        blocked: tuple[int, int, int]) -> None:
+    pid, sock, pipe = blocked
+    calls = {c["fd"]: c for c in blocked_calls(pid)}
+    # THEN the main thread (tid = pid) sits in recvfrom on its socket, the writer in write on
+    # the pipe, each named by what /proc/PID/fd links to
+    assert calls[sock]["tid"] == pid and calls[sock]["call"] == "recvfrom"
+    assert calls[sock]["target"].startswith("socket:[")
+    assert calls[pipe]["tid"] != pid and calls[pipe]["call"] == "write"
+    assert calls[pipe]["target"].startswith("pipe:[")
+
+
+@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
+def test_a_socket_waited_on_is_named_by_its_connection(blocked: tuple[int, int, int]) -> None:
+    pid, sock, _ = blocked
+    endpoints: dict = {}
+    tcp_sockets([pid], {}, endpoints)
+    entry = {"pid": pid}
+    read_blocked_calls(SimpleNamespace(ranks=[entry], sockets={"endpoints": endpoints}))
+    call = next(c for c in entry["blocked_calls"] if c["fd"] == sock)
+    # THEN its endpoints are those of the process's loopback connection to its own listener
+    assert call["local"].startswith("127.0.0.1:") and call["remote"].startswith("127.0.0.1:")
+    assert call["local"] != call["remote"]
+
+
+def test_the_syscall_file_is_read_for_calls_on_a_descriptor_only() -> None:
+    x86, arm = FD_CALLS["x86_64"], FD_CALLS["aarch64"]
+    line = "45 0xc 0x7f3a 0x2000 0x0 0x0 0x0 0x7ffd 0x7f3b\n"
+    assert parse_syscall(line, x86) == ("recvfrom", 12)
+    assert parse_syscall("207 0x7 0x1 0x2 0x0 0x0 0x0 0x7ffd 0x7f3b", arm) == ("recvfrom", 7)
+    assert parse_syscall("64 0x3 0x1 0x2 0x0 0x0 0x0 0x7ffd 0x7f3b", arm) == ("write", 3)
+    # a futex wait, a running thread, one not in a system call, an unreadable file: nothing
+    for text in ("202 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f3b", "running", "-1 0x7ffd 0x7f3b", ""):
+        assert parse_syscall(text, x86) is None
+    # an architecture without a table reads nothing
+    assert blocked_calls(os.getpid(), machine="riscv64") == []
+
+
+def test_a_node_documents_calls_are_kept_and_broken_ones_dropped() -> None:
+    calls = _blocked_calls([
+        {"tid": 7, "call": "recvfrom", "fd": 12, "target": "socket:[9]",
+         "local": "10.0.0.1:5", "remote": "10.0.0.2:6"},
+        {"tid": 8, "call": "write", "fd": 3, "target": None},
+        {"tid": "x", "call": "read", "fd": 1}, {"tid": 9, "fd": 2}, {"call": "read", "fd": 1},
+    ])
+    assert [(c.tid, c.call, c.fd, c.remote) for c in calls] == [
+        (7, "recvfrom", 12, "10.0.0.2:6"), (8, "write", 3, None)]
+
+
+def recorded(name: str) -> Snapshot:
+    return Snapshot.from_json((ACCURACY / f"{name}.blocked_calls.json").read_text())
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_a_rank_stuck_at_exit_while_its_heartbeat_talks_is_no_finishing_job(mode: str) -> None:
+    # GIVEN rank 1 at exit (main thread in threading._shutdown), its uploader in recvfrom on
+    # a connection quiet all window, its daemon heartbeat sending every 0.2 s on another
+    v = diagnose(recorded(f"exit_heartbeat_stuck.{mode}")).verdicts[0]
+    # THEN it is stuck at its uploader's line, and the evidence says the connection is quiet
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert v.sites[0].endswith("exit_heartbeat_stuck.py:93")
+    assert any(e.startswith("rank 1: thread uploader (tid ") and "no data on it" in e
+               for e in v.evidence), v.evidence
+
+
+def waits_on_active(rank: Rank) -> Rank:
+    """The rank's waited-on connection swapped for the one that carried data."""
+    assert rank.recent_traffic is not None and rank.recent_traffic.active
+    busy = rank.recent_traffic.active[0]
+    return replace(rank, blocked_calls=tuple(
+        replace(c, local=busy.local, remote=busy.remote) for c in rank.blocked_calls))
+
+
+def test_a_thread_at_exit_waiting_on_the_connection_that_moves_data_is_finishing() -> None:
+    # GIVEN the same rank, its uploader's call on the connection that carried data
+    snapshot = recorded("exit_heartbeat_stuck.default")
+    snapshot = replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(waits_on_active(r) for r in n.ranks)) for n in snapshot.nodes))
+    v = diagnose(snapshot).verdicts[0]
+    # THEN it may be finishing: said so, no alarm
+    assert (v.kind, v.severity) == ("slow_step", "info"), v
+    assert v.summary.startswith("finishing, or stuck at exit, cannot tell")
+
+
+def test_uploads_at_exit_in_sends_on_connections_that_carry_data_are_finishing() -> None:
+    # GIVEN exit_slow_upload read with blocked calls: every uploader in sendto on the
+    # connection tcp_info saw move data
+    snapshot = recorded("exit_slow_upload.default")
+    assert all(r.blocked_calls for n in snapshot.nodes for r in n.ranks)
+    v = diagnose(snapshot).verdicts[0]
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0, 1, 2, 3)), v
