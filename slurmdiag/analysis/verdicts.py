@@ -619,9 +619,21 @@ def _where(s: _Status) -> str:
             phrase = _traced_phrase(s)
         if _waits_for_thread(s):
             phrase = "waiting for another thread"  # named by _waits_on_thread
+        elif _in_event_loop(s) and s.site:
+            return (f"{phrase} in an asyncio event loop started at {s.site} (the coroutine it "
+                    "awaits is on no thread's stack)")
         via = f" ({s.via})" if s.via else ""
         return f"{phrase} at {s.site}{via}" if s.site else phrase
     return s.kind
+
+
+def _in_event_loop(s: _Status) -> bool:
+    """The main thread inside asyncio's event loop in its last sample: what it waits for is a
+    suspended coroutine, which no thread's stack shows (asyncio_fetch_stuck)."""
+    info = s.info
+    frames = info.frames if info is not None else ()
+    return any(f.function.endswith(("run_until_complete", "run_forever"))
+               and f.file.endswith("asyncio/base_events.py") for f in frames)
 
 
 def _traced(s: _Status) -> bool:

@@ -11,7 +11,8 @@ From a shell (the local cluster's SLURM_CONF exported):
 
 The ground truth of each scenario is tests/scenarios/<name>.json; its "launcher" decides
 how the ranks start: `srun python` (rank = SLURM_PROCID), `torchrun` under srun (one agent
-per node, workers carry RANK), or submitit (which writes its own sbatch script and srun
+per node, workers carry RANK), `torchrun-batch` (torchrun itself in the batch script, one
+node, no srun), or submitit (which writes its own sbatch script and srun
 line). Stdlib only, except that the submitit launcher imports submitit.
 """
 
@@ -36,7 +37,7 @@ REPO_ROOT = SCENARIO_DIR.parents[1]
 TIME_LIMIT_MINUTES = 30
 #: Ranks run at a lower priority so a spinning rank does not starve the test itself.
 NICENESS = 5
-LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn")
+LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch")
 #: Variables of the submitting shell that would confuse the ranks or sbatch itself.
 _INHERITED_VARS_TO_DROP = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"
@@ -120,6 +121,15 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
                 "bash", "-c", agent,
                 torchrun]
         lines.append(shlex.join(argv) + ' "$RDZV_ADDR:$RDZV_PORT" ' + shlex.quote(str(program)))
+    elif truth["launcher"] == "torchrun-batch":
+        # torchrun straight in the batch script, as single-node jobs often do: no srun, the
+        # agent and its workers live in the job's batch step.
+        if nodes != 1:
+            raise ScenarioError(f"{truth['name']}: torchrun-batch runs on one node")
+        torchrun = str(Path(python).parent / "torchrun")
+        lines.append(shlex.join(["nice", "-n", str(NICENESS), torchrun, "--standalone",
+                                 f"--nproc-per-node={per_node}", "--max-restarts=0",
+                                 str(program)]))
     elif truth["launcher"] == "mp.spawn":
         # One task per node; the program spawns its ntasks_per_node ranks itself.
         argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",

@@ -1,7 +1,8 @@
 """The system call each thread sits in and the descriptor it waits on (collector/syscalls.py),
 read from real processes, and what the analysis makes of it: a rank stuck at exit while its
 heartbeat keeps talking (`exit_heartbeat_stuck`, recorded by `make accuracy`) against a rank
-whose upload at exit is slow but moving (`exit_slow_upload`)."""
+whose upload at exit is slow but moving (`exit_slow_upload`); a rank waiting inside an asyncio
+event loop (`asyncio_fetch_stuck`)."""
 
 from __future__ import annotations
 
@@ -145,3 +146,16 @@ def test_uploads_at_exit_in_sends_on_connections_that_carry_data_are_finishing()
     assert all(r.blocked_calls for n in snapshot.nodes for r in n.ranks)
     v = diagnose(snapshot).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0, 1, 2, 3)), v
+
+
+def test_a_rank_waiting_in_an_asyncio_event_loop_says_where_the_loop_started() -> None:
+    # GIVEN asyncio_fetch_stuck (recorded): rank 2's main thread in the event loop's selector
+    # below `asyncio.run(fetch_manifest(...))`, the awaiting coroutine suspended
+    snapshot = Snapshot.from_json(
+        (ACCURACY / "asyncio_fetch_stuck.default.event_loop.json").read_text())
+    v = diagnose(snapshot).verdicts[0]
+    # THEN the straggler is told as waiting in an event loop, at the line that started it
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+    assert v.sites[0].endswith("asyncio_fetch_stuck.py:53")
+    assert "blocked in I/O in an asyncio event loop started at " in v.summary
+    assert "the coroutine it awaits is on no thread's stack" in v.summary

@@ -13,6 +13,7 @@ from scenarios.launch import (
     REPO_ROOT,
     SCENARIO_DIR,
     TIME_LIMIT_MINUTES,
+    ScenarioError,
     batch_script,
     load_truth,
     sbatch_argv,
@@ -156,6 +157,15 @@ def test_srun_batch_script_keeps_survivors_and_limits_time(tmp_path):
     assert f"export SLURMDIAG_SCENARIO_DIR={tmp_path}" in script
     assert f"--time={TIME_LIMIT_MINUTES}" in argv and TIME_LIMIT_MINUTES <= 30
     assert f"--output={tmp_path}/job-%j.out" in argv and "--parsable" in argv
+
+
+def test_torchrun_in_the_batch_script_runs_without_srun_on_one_node(tmp_path):
+    truth = load_truth("mismatched_collectives_batch_torchrun")
+    script = batch_script(truth, tmp_path, "/venv/bin/python")
+    assert "nice -n 5 /venv/bin/torchrun --standalone --nproc-per-node=4 --max-restarts=0 " in script
+    assert "srun" not in script.split("echo", 1)[1]
+    with pytest.raises(ScenarioError, match="one node"):
+        batch_script({**truth, "nodes": 2}, tmp_path, "/venv/bin/python")
 
 
 def test_torchrun_batch_script_starts_one_agent_per_node(tmp_path):
