@@ -881,6 +881,95 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
     )
 
 
+# Rooted collectives: every rank must pass the same root. (position of the root among the
+# public function's arguments, its keyword names); torch.distributed's signatures.
+_ROOTED = {
+    "broadcast": (1, "src"), "reduce": (1, "dst"), "broadcast_object_list": (1, "src"),
+    "gather": (2, "dst"), "scatter": (2, "src"), "gather_object": (2, "dst"),
+    "scatter_object_list": (2, "src"),
+}
+# the c10d wrapper's args as py-spy prints them: "(<Tensor at 0x7f..>, 1)", "([...], 0)"
+_SECOND_ARG_RE = re.compile(r"^\((?:<[^<>]*>|\[[^\[\]]*\]), (-?\d+)[,)]")
+
+
+def _root_of(s: _Status) -> int | None:
+    """The root (``src``/``dst``) a rank passed to the rooted collective it waits in, read from
+    the c10d wrapper's ``args``/``kwargs`` locals (its first sample, py-spy --locals), when that
+    sample shows it in that very collective; None when not read."""
+    spec = _ROOTED.get(s.op or "")
+    samples = [x for x in s.digest.proc.samples if x.groups]
+    if spec is None or not samples:
+        return None
+    sample = samples[0]
+    thread = main_thread(sample, s.digest.proc.pid)
+    if thread is None:
+        return None
+    index, keyword = spec
+    found: int | None = None
+    for frame_index, name, text in sample.groups:
+        frames = thread.frames
+        if not (0 < frame_index < len(frames)
+                and frames[frame_index].file.endswith("distributed/c10d_logger.py")
+                and frames[frame_index - 1].function == s.op):
+            continue
+        if name == "kwargs":
+            hit = re.search(rf'"(?:group_)?{keyword}": (-?\d+)', text)
+            found = int(hit.group(1)) if hit else found
+        elif name == "args" and index == 1 and found is None:
+            hit = _SECOND_ARG_RE.match(text)
+            found = int(hit.group(1)) if hit else None
+    return found
+
+
+def _stray_roots(waiting: list[_Status]) -> tuple[list[_Status], list[str]] | None:
+    """Ranks waiting in one rooted collective (same call path) that passed different roots: the
+    ones whose root is not the agreed one are culprits (a broadcast from src=1 that rank 1
+    never joins waits forever; broadcast_root_mismatch). The agreed root: the one rank that
+    names itself (the sender), else the root a strict majority names. None when the roots
+    agree or were not read."""
+    stray: list[_Status] = []
+    evidence: list[str] = []
+    for group in _group_by(waiting, lambda s: s.position).values():
+        roots = {s.rank: root for s in group if (root := _root_of(s)) is not None}
+        if len(set(roots.values())) < 2:
+            continue
+        selves = {r for r, root in roots.items() if root == r}
+        counts = Counter(roots.values()).most_common()
+        if len(selves) == 1:
+            agreed, why = next(iter(selves)), "the rank that names itself, the sender"
+        elif counts[0][1] > len(roots) / 2:
+            agreed, why = counts[0][0], "the root most of them name"
+        else:
+            continue
+        keyword = _ROOTED[group[0].op or ""][1]
+        stray.extend(s for s in group if roots.get(s.rank, agreed) != agreed)
+        named = ", ".join(f"rank {r} {keyword}={root}" for r, root in sorted(roots.items()))
+        evidence.append(f"{group[0].op} at {group[0].site}: the ranks passed different roots "
+                        f"({named}, read from the c10d wrapper's locals); {keyword}={agreed} "
+                        f"taken as the agreed one ({why})")
+    return (stray, evidence) if stray else None
+
+
+def _root_mismatch(waiting: list[_Status], stray: list[_Status], evidence: list[str],
+                   severity: str) -> Verdict:
+    ranks = [s.rank for s in stray]
+    others = [s for s in waiting if s.rank not in ranks]
+    keyword = _ROOTED[stray[0].op or ""][1]
+    roots = ", ".join(sorted({f"{keyword}={_root_of(s)}" for s in stray}))
+    summary = (f"{_waiting_phrase(stray)} with {roots}, a root the other ranks do not name"
+               + (f", while {_waiting_phrase(others)}" if others else "")
+               + ": the ranks passed different roots to one collective")
+    return Verdict(
+        kind=VerdictKind.MISMATCHED_COLLECTIVE,
+        severity=severity,
+        summary=summary,
+        culprit_ranks=tuple(ranks),
+        sites=_unique(s.site for s in stray),
+        evidence=(*evidence, *_group_evidence(waiting)),
+        next_step=NEXT_STEPS["mismatched_collective"],
+    )
+
+
 def _waits_alone(
     waiting: list[_Status],
     ranked: list[list[_Status]],
@@ -1984,6 +2073,9 @@ def _without_waiters(
 ) -> list[Verdict]:
     """No rank is gone: either everyone waits in collectives, or nobody does."""
     if waiting and not blocked and not busy:
+        roots = _stray_roots(waiting)
+        if roots is not None:
+            return [_root_mismatch(waiting, *roots, severity)]
         if len({s.position for s in waiting}) == 1:
             return [_all_waiting(waiting, severity, "")]
         return [_mismatched(waiting, [], severity)]
