@@ -21,7 +21,7 @@ from operator import attrgetter
 
 from slurmdiag.analysis.model import ClassifiedFrame, StackClass, TreeNode
 from slurmdiag.hostlist import format_int_ranges
-from slurmdiag.snapshot import Frame, Node, Rank, Sample, Snapshot, ThreadStack
+from slurmdiag.snapshot import BlockedCall, Frame, Node, Rank, Sample, Snapshot, ThreadStack
 from slurmdiag.vocabulary import NodeStatus
 
 __all__ = [
@@ -850,7 +850,14 @@ def _same_thread(thread: ThreadStack, main: ThreadStack | None) -> bool:
     return main is not None and thread.thread_id == main.thread_id
 
 
-def _side_threads(sample: Sample, main: ThreadStack | None) -> tuple[tuple[str, str], ...]:
+# System calls that move data on a descriptor: a thread sitting in one (blocked_calls) is not
+# parked, whatever its frames (a queue's feeder thread writing to a pipe nobody reads).
+TRANSFER_CALLS = frozenset({"read", "write", "readv", "writev", "recvfrom", "sendto", "recvmsg",
+                            "sendmsg", "recvmmsg", "sendmmsg", "sendfile"})
+
+
+def _side_threads(sample: Sample, main: ThreadStack | None,
+                  calls: Sequence[BlockedCall] = ()) -> tuple[tuple[str, str], ...]:
     """Threads of the last sample other than main that are not idle helpers: the threads the
     main thread may be waiting on (a prefetch or writer thread stuck in the job's own code), as
     (description, site of its innermost frame of the job's code).
@@ -859,14 +866,28 @@ def _side_threads(sample: Sample, main: ThreadStack | None) -> tuple[tuple[str, 
     that frame, in which call it waits: "prefetch_0 in fetch_manifest (loader.py:62), waiting
     in SocketIO.readinto". Threads that wait on a lock, an event or a queue come last: they
     wait for yet another thread, so a thread blocked in I/O or running is the likelier end
-    of the chain (the main thread's wait does not say which thread would wake it)."""
+    of the chain (the main thread's wait does not say which thread would wake it).
+
+    A thread without the job's code that sits in a send, receive, read or write (``calls``:
+    the rank's blocked_calls) is listed too, after those, at its innermost Python frame: "QueueFeederThread in
+    Queue._feed (multiprocessing/queues.py:250), blocked in write on pipe:[4411]"."""
     found: dict[str, tuple[int, int, str]] = {}
+    moving = {c.tid: c for c in calls if c.call in TRANSFER_CALLS}
     for order, thread in enumerate(sample.threads):
-        if _same_thread(thread, main) or is_idle_thread(thread):
+        if _same_thread(thread, main):
             continue
         python = [f for f in thread.frames if not f.native]
+        call = moving.get(thread.os_thread_id) if thread.os_thread_id is not None else None
         at = next((i for i, f in enumerate(python) if _frame_traits(f).is_user), None)
-        if at is None:
+        if at is None and call is not None and python:
+            where = call.target or "?"
+            if call.local and call.remote:
+                where = f"{call.local} -> {call.remote}"
+            text = (f"{thread.name or thread.thread_id} in {python[0].function} "
+                    f"({frame_site(python[0])}), blocked in {call.call} on {where}")
+            found.setdefault(text, (1, order, frame_site(python[0])))
+            continue
+        if is_idle_thread(thread) or at is None:
             continue
         user = python[at]
         site = frame_site(user)
@@ -876,7 +897,7 @@ def _side_threads(sample: Sample, main: ThreadStack | None) -> tuple[tuple[str, 
         if at > 0 and not thread.active:
             text += f", waiting in {python[0].function}"
             parked = _frame_traits(python[0]).kind in ("lock", "sleep")
-        found.setdefault(text, (parked, order, site))
+        found.setdefault(text, (2 if parked else 0, order, site))
     ranked = sorted(found.items(), key=lambda item: item[1][:2])
     return tuple((text, site) for text, (_, _, site) in ranked)
 
@@ -977,7 +998,8 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
         active = active or main.active
     multi = any(len(s.threads) > 1 for s in proc.samples)
     busy = _busy_threads(proc.samples, main) if multi else ()
-    side = _side_threads(last_sample, main) if multi and last_sample is not None else ()
+    side = (_side_threads(last_sample, main, proc.blocked_calls)
+            if multi and last_sample is not None else ())
     waits = _side_collective(table, mains) if multi and mains else None
     holder = _gil_holder(table, mains) if multi and mains else None
     cpu, io = _usage(proc.samples, mains)

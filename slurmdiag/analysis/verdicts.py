@@ -169,6 +169,12 @@ STRAGGLER_STEPS = {
         "at exit, and the one named waits in the call shown: give that call a timeout, join "
         "the thread with a timeout before returning, or make it a daemon thread"
     ),
+    "queue_feeder": (
+        "a multiprocessing.Queue's feeder thread cannot flush what was put on the queue (its "
+        "reader stopped or is gone), and Python's exit joins it: drain the queue before "
+        "exiting (or call queue.cancel_join_thread() where losing the data is fine), and keep "
+        "the reader alive until the sentinel is read"
+    ),
     "thread": (
         "its main thread waits for another thread of the rank (a future, an event, a join), "
         "named in the summary with the call it sits in: find what that thread waits for "
@@ -657,8 +663,13 @@ def _exit_phrase(s: _Status) -> str:
     side = s.digest.side_threads
     if s.info is not None and s.info.top_user_frame is None and side:
         threads = "; ".join(text for text, _ in side[:2])
-        return ("at interpreter exit: its program has ended and Python waits for its "
-                f"non-daemon thread {threads}")
+        shutdown = any(f.function.endswith("_shutdown") and f.file.endswith("threading.py")
+                       for f in s.info.frames)
+        # Python joins the non-daemon threads; an exit handler may join any (multiprocessing's
+        # finalizer joins a queue's feeder thread: exit_queue_feeder)
+        joins = ("Python waits for its non-daemon thread" if shutdown
+                 else "an exit handler waits for its thread")
+        return f"at interpreter exit: its program has ended and {joins} {threads}"
     doing = "busy" if s.status == "busy" else _BLOCK_PHRASES.get(s.kind, s.kind)
     return f"at interpreter exit: its program has ended, {doing} at {s.site} (an exit handler)"
 
@@ -1026,6 +1037,18 @@ def _waits_alone(
     )
 
 
+def _feeder_stuck(s: _Status) -> bool:
+    """A multiprocessing.Queue's feeder thread (in multiprocessing/queues.py's _feed) sits in a
+    write of the rank's blocked_calls: the queue cannot flush."""
+    writing = {c.tid for c in s.digest.proc.blocked_calls if c.call in ("write", "writev")}
+    last = next((x for x in reversed(s.digest.proc.samples) if x.threads), None)
+    return last is not None and any(
+        t.os_thread_id in writing and any(
+            f.function.endswith("_feed") and f.file.endswith("multiprocessing/queues.py")
+            for f in t.frames)
+        for t in last.threads)
+
+
 def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) -> Verdict:
     kinds = Counter(s.kind for s in blocked)
     main_kind = kinds.most_common(1)[0][0]
@@ -1035,6 +1058,8 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         else main_kind
     if all(s.ended for s in blocked) and any(s.digest.side_threads for s in blocked):
         step = "exit"
+        if any(_feeder_stuck(s) for s in blocked):
+            step = "queue_feeder"
     if main_kind == "stopped" and any(_traced(s) for s in blocked):
         step = "traced"
     ranks = [s.rank for s in blocked]

@@ -159,3 +159,29 @@ def test_a_rank_waiting_in_an_asyncio_event_loop_says_where_the_loop_started() -
     assert v.sites[0].endswith("asyncio_fetch_stuck.py:53")
     assert "blocked in I/O in an asyncio event loop started at " in v.summary
     assert "the coroutine it awaits is on no thread's stack" in v.summary
+
+
+def test_a_queue_feeder_that_cannot_flush_at_exit_is_named_with_its_pipe_write() -> None:
+    # GIVEN exit_queue_feeder (recorded): rank 1's main thread in multiprocessing's exit
+    # handler joining the queue's feeder thread, which sits in write() on the queue's pipe
+    snapshot = recorded("exit_queue_feeder.default")
+    v = diagnose(snapshot).verdicts[0]
+    # THEN the feeder and its write are what the rank waits for, with the queue's advice
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert ("an exit handler waits for its thread QueueFeederThread in Connection._send"
+            in v.summary), v.summary
+    assert "blocked in write on pipe:[" in v.summary
+    assert v.sites[0].endswith("multiprocessing/connection.py:384")
+    assert "cancel_join_thread" in v.next_step
+
+
+def test_without_the_system_calls_the_feeder_is_an_idle_helper_again() -> None:
+    # GIVEN the same snapshot from a collector that read no system calls
+    snapshot = recorded("exit_queue_feeder.default")
+    snapshot = replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(replace(r, blocked_calls=()) for r in n.ranks))
+        for n in snapshot.nodes))
+    v = diagnose(snapshot).verdicts[0]
+    # THEN the rank is still the straggler, at its exit handler's own line
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert "QueueFeederThread" not in v.summary and "(an exit handler)" in v.summary
