@@ -933,10 +933,15 @@ def _gil_holder(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]
     """A thread other than main that holds the GIL while idle (blocked in a call that kept
     it: a C extension without Py_BEGIN_ALLOW_THREADS, ctypes.PyDLL) in every sample, at the
     same stack and (when its CPU time was read twice) not run since the first, while the main
-    thread, idle, holds it in none: (its name, its stack). That main thread stopped
-    at its next switch of the GIL, wherever it was: its own line says nothing of the cause."""
+    thread holds it in none and did no work (idle in every sample, or its CPU time over the
+    samples under 2 % of a core: a thread waiting for the GIL wakes each switch interval to
+    ask for it, and py-spy may catch it running; gil_held_native): (its name, its stack). That
+    main thread stopped at its next switch of the GIL, wherever it was: its own line says
+    nothing of the cause."""
     last, main = mains[-1]
-    if any(m.owns_gil or m.active for _, m in mains):
+    if any(m.owns_gil for _, m in mains):
+        return None
+    if any(m.active for _, m in mains) and not _waited_for_the_gil(mains):
         return None
     holder = next((t for t in last.threads if t.owns_gil and not t.active and t.frames
                    and not _same_thread(t, main)), None)
@@ -955,6 +960,17 @@ def _gil_holder(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]
 
 
 CPU_TICK_S = 0.01  # the resolution of the collector's CPU times (USER_HZ 100)
+GIL_WAIT_CPU = 0.02  # a main thread asking for the GIL uses less than this share of a core
+
+
+def _waited_for_the_gil(mains: Sequence[tuple[Sample, ThreadStack]]) -> bool:
+    """The main thread's CPU time, read in two samples at least, grew by less than GIL_WAIT_CPU
+    of a core (one clock tick forgiven): it did no work between them."""
+    measured = [(s.t, m.cpu_s) for s, m in mains if m.cpu_s is not None]
+    if len(measured) < 2 or measured[-1][0] - measured[0][0] < 0.5:
+        return False
+    used = measured[-1][1] - measured[0][1] - CPU_TICK_S
+    return used / (measured[-1][0] - measured[0][0]) < GIL_WAIT_CPU
 
 
 def _usage(samples: Sequence[Sample], mains: Sequence[tuple[Sample, ThreadStack]]):  # type: ignore[no-untyped-def]

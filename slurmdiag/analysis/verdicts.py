@@ -76,6 +76,7 @@ from slurmdiag.snapshot import (
     Frame,
     LogFinding,
     Rank,
+    RecentConnection,
     Sample,
     Snapshot,
     ThreadStack,
@@ -390,6 +391,9 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
     if (digest.stack_ids and digest.main_rule in ("os_thread_id", "name")
             and all(program_ended(merge.table[i].frames) for i in set(digest.stack_ids))):
         status = _ended(status)
+    if (not status.ended and status.status == "blocked" and status.kind == "io"
+            and _moving_data(digest.proc) is not None):
+        return replace(status, status="busy", kind="transfer")
     holder = digest.gil_holder
     if (holder is not None and status.status in ("waiting", "blocked")
             and status.kind not in _OWN_BLOCKS):
@@ -1229,6 +1233,55 @@ def _quiet_waits(proc: Rank) -> bool:
     return not any((c.local, c.remote) in active for c in waits)
 
 
+def _moving_data(proc: Rank) -> RecentConnection | None:
+    """The connection the rank's main thread sits in a send or receive on, when that connection
+    carried data in strace's window: the call is moving data, however long it lasts (a large
+    upload to a throttled store: rank0_upload_barrier); None otherwise."""
+    recent = proc.recent_traffic
+    if recent is None:
+        return None
+    active: dict[tuple[str | None, str | None], RecentConnection] = {
+        (c.local, c.remote): c for c in recent.active}
+    return next((active[(c.local, c.remote)] for c in _socket_waits(proc)
+                 if c.tid == proc.pid and (c.local, c.remote) in active), None)
+
+
+def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
+    """Ranks whose main thread sits in a send or receive on a connection that carries data, the
+    others waiting for them: a slow transfer, not hung while data moves (info). A quiet
+    connection leaves them stragglers (http_no_timeout)."""
+    ranks = [s.rank for s in movers]
+    places = []
+    for s in movers:
+        moving = _moving_data(s.digest.proc)
+        call = next((c for c in _socket_waits(s.digest.proc) if c.tid == s.digest.proc.pid
+                     and moving is not None and (c.local, c.remote) == (moving.local,
+                                                                        moving.remote)), None)
+        if moving is not None and call is not None:
+            ago = min(moving.last_sent_ms, moving.last_received_ms)
+            places.append(f"{call.call} on {moving.local} -> {moving.remote} at {s.site}, data "
+                          f"{ago} ms before strace ended")
+    summary = (f"a slow transfer, not hung while data moves: {_ranks_label(ranks)} "
+               f"{_verb(ranks, 'is', 'are')} in {'; '.join(places)}, while "
+               f"{_waiting_phrase(waiting)}")
+    return Verdict(
+        kind=VerdictKind.SLOW_STEP,
+        severity="info",
+        confidence="medium",
+        summary=summary,
+        culprit_ranks=tuple(ranks),
+        sites=_unique(s.site for s in movers if s.site),
+        evidence=(*[_proc_evidence(s) for s in movers[:8]],
+                  *[line for s in movers[:4] for line in _call_evidence(s)],
+                  *_group_evidence(waiting, limit=4)),
+        next_step=(
+            "attach again later: while data moves on that connection the rank is only slow (a "
+            "large upload or download, a throttled service); if the connection goes quiet with "
+            "the rank still in that call, its peer stopped: give the call a timeout"
+        ),
+    )
+
+
 def _call_evidence(s: _Status) -> list[str]:
     """Where the rank's threads sit in a send or receive, named by thread and connection, and
     whether that connection carried data in strace's window."""
@@ -1771,9 +1824,12 @@ def _hang_verdicts(
                 verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
     # ranks waiting for DataLoader workers that compute are never the spinners themselves
     inputs = [s for s in busy if s.kind == "input"]
-    computing = [s for s in busy if s.kind != "input"]
+    movers = [s for s in busy if s.kind == "transfer"]
+    computing = [s for s in busy if s.kind not in ("input", "transfer")]
     if inputs and waiting and not computing and not verdicts:
         verdicts.append(_slow_input(inputs, waiting))
+    if movers and waiting and not computing and not verdicts:
+        verdicts.append(_slow_transfer(movers, waiting))
     if computing and (waiting or dead or layout.missing):
         native = [s for s in computing if _native_step(s)]
         gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)

@@ -1,0 +1,89 @@
+"""A rank in a blocking send whose connection carries data is slow, not hung
+(`rank0_upload_barrier`, a control), and one whose connection went quiet is stuck
+(`rank0_upload_stalled`), both recorded by `make accuracy`; and a main thread stopped on the
+GIL that py-spy once caught asking for it (`gil_held_native`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.snapshot import Rank, Snapshot
+
+ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
+
+
+def recorded(name: str) -> Snapshot:
+    return Snapshot.from_json((ACCURACY / name).read_text())
+
+
+def map_rank(snapshot: Snapshot, number: int, change) -> Snapshot:  # type: ignore[no-untyped-def]
+    return replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(change(r) if r.rank == number else r for r in n.ranks))
+        for n in snapshot.nodes))
+
+
+def test_rank_zero_uploading_while_data_moves_is_a_slow_transfer_not_a_hang() -> None:
+    # GIVEN rank 0 in one blocking send (idle, no CPU) of its checkpoint upload, its
+    # connection carrying data in strace's window; ranks 1-3 in the barrier
+    v = diagnose(recorded("rank0_upload_barrier.default.blocked_calls.json")).verdicts[0]
+    # THEN no alarm: a slow transfer, rank 0's call and connection named
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
+    assert v.summary.startswith("a slow transfer, not hung while data moves: rank 0 is in sendto")
+    assert v.sites[0].endswith("rank0_upload_barrier.py:73")
+    assert any("data moved on it in strace's window" in e for e in v.evidence), v.evidence
+
+
+def test_rank_zero_in_a_send_on_a_quiet_connection_is_the_straggler() -> None:
+    # GIVEN the same program whose gateway stopped reading: rank 0 in sendto, nothing sent on
+    # its connection for the whole window
+    v = diagnose(recorded("rank0_upload_stalled.default.blocked_calls.json")).verdicts[0]
+    # THEN it is stuck there
+    assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "critical", (0,)), v
+    assert v.sites[0].endswith("rank0_upload_barrier.py:73")
+    assert any("no data on it in the last" in e for e in v.evidence), v.evidence
+
+
+def test_data_moving_on_another_connection_does_not_make_the_send_move() -> None:
+    # GIVEN the moving upload with rank 0's send on another connection than the one with data
+    def elsewhere(rank: Rank) -> Rank:
+        return replace(rank, blocked_calls=tuple(
+            replace(c, remote="127.0.0.1:1") for c in rank.blocked_calls))
+
+    snapshot = map_rank(recorded("rank0_upload_barrier.default.blocked_calls.json"), 0, elsewhere)
+    v = diagnose(snapshot).verdicts[0]
+    assert (v.kind, v.culprit_ranks) == ("straggler", (0,)), v
+
+
+def test_a_main_thread_caught_asking_for_the_gil_still_stopped_on_it() -> None:
+    # GIVEN gil_held_native's rank 1 with its main thread reported active in the first sample
+    # and 10 ms of CPU per second (what a run of make accuracy recorded: a thread waiting for
+    # the GIL wakes each switch interval to ask for it)
+    def asking(rank: Rank) -> Rank:
+        first = rank.samples[0]
+        threads = tuple(replace(t, active=True) if t.os_thread_id == rank.pid else t
+                        for t in first.threads or ())
+        return replace(rank, samples=(replace(first, threads=threads), *rank.samples[1:]))
+
+    snapshot = map_rank(recorded("gil_held_native.default.gil_holder.json"), 1, asking)
+    v = diagnose(snapshot).verdicts[0]
+    # THEN the rank is still stopped at the GIL holder's line (it was mismatched_collective at
+    # its main thread's chance line)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert v.sites[0].endswith("gil_held_native.py:45")
+
+
+def test_a_main_thread_that_works_without_the_gil_is_not_stopped_on_it() -> None:
+    # GIVEN the same, its main thread active and using half a core between the samples
+    def working(rank: Rank) -> Rank:
+        samples = tuple(
+            replace(s, threads=tuple(
+                replace(t, active=True, cpu_s=(t.cpu_s or 0.0) + 0.5 * i)
+                if t.os_thread_id == rank.pid else t for t in s.threads or ()))
+            for i, s in enumerate(rank.samples))
+        return replace(rank, samples=samples)
+
+    snapshot = map_rank(recorded("gil_held_native.default.gil_holder.json"), 1, working)
+    v = diagnose(snapshot).verdicts[0]
+    assert not (v.kind == "straggler" and v.sites and v.sites[0].endswith("gil_held_native.py:45")), v
