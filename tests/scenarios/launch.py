@@ -12,7 +12,7 @@ From a shell (the local cluster's SLURM_CONF exported):
 The ground truth of each scenario is tests/scenarios/<name>.json; its "launcher" decides
 how the ranks start: `srun python` (rank = SLURM_PROCID), `torchrun` under srun (one agent
 per node, workers carry RANK), `torchrun-batch` (torchrun itself in the batch script, one
-node, no srun), or submitit (which writes its own sbatch script and srun
+node, no srun), `background` (the batch script starts each rank with `&`), or submitit (which writes its own sbatch script and srun
 line). Stdlib only, except that the submitit launcher imports submitit.
 """
 
@@ -37,7 +37,7 @@ REPO_ROOT = SCENARIO_DIR.parents[1]
 TIME_LIMIT_MINUTES = 30
 #: Ranks run at a lower priority so a spinning rank does not starve the test itself.
 NICENESS = 5
-LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch")
+LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch", "background")
 #: Variables of the submitting shell that would confuse the ranks or sbatch itself.
 _INHERITED_VARS_TO_DROP = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"
@@ -130,6 +130,19 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
         lines.append(shlex.join(["nice", "-n", str(NICENESS), torchrun, "--standalone",
                                  f"--nproc-per-node={per_node}", "--max-restarts=0",
                                  str(program)]))
+    elif truth["launcher"] == "background":
+        # Hand-rolled: the batch script starts each rank in the background with its own RANK
+        # and waits, as small single-node scripts do: no srun, no launcher process.
+        if nodes != 1:
+            raise ScenarioError(f"{truth['name']}: background ranks run on one node")
+        lines.append("export MASTER_ADDR=127.0.0.1 MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))"
+                     f" WORLD_SIZE={per_node}")
+        for rank in range(per_node):
+            lines.append(f"RANK={rank} LOCAL_RANK={rank} "
+                         + shlex.join(["nice", "-n", str(NICENESS), *_rank_command(truth, python,
+                                                                                 program)])
+                         + " &")
+        lines.append("wait")
     elif truth["launcher"] == "mp.spawn":
         # One task per node; the program spawns its ntasks_per_node ranks itself.
         argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",

@@ -168,6 +168,16 @@ def test_torchrun_in_the_batch_script_runs_without_srun_on_one_node(tmp_path):
         batch_script({**truth, "nodes": 2}, tmp_path, "/venv/bin/python")
 
 
+def test_background_ranks_start_from_the_batch_script_each_with_its_rank(tmp_path):
+    script = batch_script(load_truth("mismatched_collectives_background"), tmp_path,
+                          "/venv/bin/python")
+    body = script.split("echo", 1)[1]
+    assert "srun" not in body and body.rstrip().endswith("wait")
+    for rank in range(4):
+        assert f"RANK={rank} LOCAL_RANK={rank} nice -n 5 /venv/bin/python -u " in body
+    assert "export MASTER_ADDR=127.0.0.1 " in body and " WORLD_SIZE=4" in body
+
+
 def test_torchrun_batch_script_starts_one_agent_per_node(tmp_path):
     truth = load_truth("rank_gated_collective_torchrun")
     script = batch_script(truth, tmp_path, "/venv/bin/python")
