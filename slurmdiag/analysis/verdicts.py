@@ -391,9 +391,15 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
     if (digest.stack_ids and digest.main_rule in ("os_thread_id", "name")
             and all(program_ended(merge.table[i].frames) for i in set(digest.stack_ids))):
         status = _ended(status)
-    if (not status.ended and status.status == "blocked" and status.kind == "io"
-            and _moving_data(digest.proc) is not None):
+    if not status.ended and status.status == "blocked" and status.kind == "io" \
+            and _moving_data(digest.proc) is not None:
         return replace(status, status="busy", kind="transfer")
+    if not status.ended and status.status == "blocked" and status.kind in ("io", "kernel") \
+            and digest.io_rate is None and _moves_storage(digest):
+        return replace(status, status="busy", kind="storage")
+    if not status.ended and status.status == "busy" and status.kind != "input" \
+            and _moves_storage(digest) and not _computes_in_python(digest):
+        return replace(status, kind="storage")
     holder = digest.gil_holder
     if (holder is not None and status.status in ("waiting", "blocked")
             and status.kind not in _OWN_BLOCKS):
@@ -1233,6 +1239,14 @@ def _quiet_waits(proc: Rank) -> bool:
     return not any((c.local, c.remote) in active for c in waits)
 
 
+def _computes_in_python(digest: RankDigest) -> bool:
+    """Its main thread active holding the GIL in most samples: a loop in Python, whatever I/O
+    it also does."""
+    threads = [main_thread(x, digest.proc.pid) for x in digest.proc.samples if x.threads]
+    held = sum(1 for t in threads if t is not None and t.active and t.owns_gil)
+    return 2 * held > len(threads) if threads else False
+
+
 def _moving_data(proc: Rank) -> RecentConnection | None:
     """The connection the rank's main thread sits in a send or receive on, when that connection
     carried data in strace's window: the call is moving data, however long it lasts (a large
@@ -1246,10 +1260,42 @@ def _moving_data(proc: Rank) -> RecentConnection | None:
                  if c.tid == proc.pid and (c.local, c.remote) in active), None)
 
 
+# System calls only files take (a socket or a pipe refuses positional I/O and has nothing to
+# sync): a rank writing a checkpoint shard by shard completes a few a second, a rank stuck in
+# one (a hung mount) none. strace -c counts calls, not descriptors: read and write are also a
+# socket's and a pipe's (a TCPStore poller makes dozens), so they do not count here.
+STORAGE_SYSCALLS = frozenset({"fsync", "fdatasync", "pread64", "pwrite64", "preadv", "pwritev",
+                              "preadv2", "pwritev2", "sync_file_range"})
+STORAGE_CALLS = 2
+
+
+def _file_calls(digest: RankDigest) -> int:
+    """Successful file-only calls (syncs, positional reads and writes) strace counted in its
+    window (0 without it)."""
+    summary = digest.proc.strace
+    if summary is None or summary.status != "ok":
+        return 0
+    return sum(max(0, c.calls - c.errors) for c in summary.syscalls
+               if c.syscall in STORAGE_SYSCALLS)
+
+
+def _moves_storage(digest: RankDigest) -> bool:
+    """The rank reads or writes data: its I/O counters grew by WORKING_IO_RATE a second or more
+    between its samples, or (one sample) strace counted STORAGE_CALLS file syncs or positional
+    reads and writes that completed in its window (a checkpoint written shard by shard, each
+    shard flushed). One sample of a rank that writes without either is not told from a stuck
+    one."""
+    if digest.io_rate is not None:
+        return digest.io_rate >= WORKING_IO_RATE
+    return _file_calls(digest) >= STORAGE_CALLS
+
+
 def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
-    """Ranks whose main thread sits in a send or receive on a connection that carries data, the
-    others waiting for them: a slow transfer, not hung while data moves (info). A quiet
-    connection leaves them stragglers (http_no_timeout)."""
+    """Ranks that move data while the others wait for them, not hung while it moves (info): a
+    main thread in a send or receive on a connection that carries data (kind "transfer"; a
+    quiet connection leaves it a straggler: http_no_timeout), or a rank whose file I/O
+    advances (kind "storage": a checkpoint written by rank 0 while the others wait in a
+    barrier, rank0_checkpoint_barrier; a rank stuck in one call moves nothing)."""
     ranks = [s.rank for s in movers]
     places = []
     for s in movers:
@@ -1257,12 +1303,18 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
         call = next((c for c in _socket_waits(s.digest.proc) if c.tid == s.digest.proc.pid
                      and moving is not None and (c.local, c.remote) == (moving.local,
                                                                         moving.remote)), None)
-        if moving is not None and call is not None:
+        if s.kind == "transfer" and moving is not None and call is not None:
             ago = min(moving.last_sent_ms, moving.last_received_ms)
-            places.append(f"{call.call} on {moving.local} -> {moving.remote} at {s.site}, data "
-                          f"{ago} ms before strace ended")
+            places.append(f"in {call.call} on {moving.local} -> {moving.remote} at {s.site}, "
+                          f"data {ago} ms before strace ended")
+        elif s.digest.io_rate is not None:
+            places.append(f"reading and writing {s.digest.io_rate / 1e6:.1f} MB/s (its I/O "
+                          f"counters between samples) at {s.site}")
+        else:
+            places.append(f"completing {_file_calls(s.digest)} file syncs or positional reads "
+                          f"and writes in strace's window at {s.site}")
     summary = (f"a slow transfer, not hung while data moves: {_ranks_label(ranks)} "
-               f"{_verb(ranks, 'is', 'are')} in {'; '.join(places)}, while "
+               f"{_verb(ranks, 'is', 'are')} {'; '.join(places)}, while "
                f"{_waiting_phrase(waiting)}")
     return Verdict(
         kind=VerdictKind.SLOW_STEP,
@@ -1275,9 +1327,10 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
                   *[line for s in movers[:4] for line in _call_evidence(s)],
                   *_group_evidence(waiting, limit=4)),
         next_step=(
-            "attach again later: while data moves on that connection the rank is only slow (a "
-            "large upload or download, a throttled service); if the connection goes quiet with "
-            "the rank still in that call, its peer stopped: give the call a timeout"
+            "attach again later: while data moves the rank is only slow (a large upload, "
+            "download or checkpoint, a throttled service or disk); if it stops moving with the "
+            "rank still in the same call, its peer or its storage stopped: give the call a "
+            "timeout, and check the mount (dmesg, df) or the service"
         ),
     )
 
@@ -1824,8 +1877,8 @@ def _hang_verdicts(
                 verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
     # ranks waiting for DataLoader workers that compute are never the spinners themselves
     inputs = [s for s in busy if s.kind == "input"]
-    movers = [s for s in busy if s.kind == "transfer"]
-    computing = [s for s in busy if s.kind not in ("input", "transfer")]
+    movers = [s for s in busy if s.kind in ("transfer", "storage")]
+    computing = [s for s in busy if s.kind not in ("input", "transfer", "storage")]
     if inputs and waiting and not computing and not verdicts:
         verdicts.append(_slow_input(inputs, waiting))
     if movers and waiting and not computing and not verdicts:

@@ -87,3 +87,33 @@ def test_a_main_thread_that_works_without_the_gil_is_not_stopped_on_it() -> None
     snapshot = map_rank(recorded("gil_held_native.default.gil_holder.json"), 1, working)
     v = diagnose(snapshot).verdicts[0]
     assert not (v.kind == "straggler" and v.sites and v.sites[0].endswith("gil_held_native.py:45")), v
+
+
+def test_rank_zero_writing_its_checkpoint_while_the_others_wait_is_no_alarm() -> None:
+    # GIVEN rank 0 writing checkpoint shards (torch.save, fsync each; state D, 29 % CPU, its I/O
+    # counters +250 MB/s between samples), ranks 1-3 in the barrier: it was spinning, critical
+    v = diagnose(recorded("rank0_checkpoint_barrier.default.storage.json")).verdicts[0]
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
+    assert "rank 0 is reading and writing " in v.summary and "MB/s (its I/O counters" in v.summary
+
+
+def test_one_sample_of_a_checkpoint_writer_counts_its_completed_syncs() -> None:
+    # GIVEN the same with --samples 1: no I/O rate, but strace counted 30 fsyncs completed in
+    # its window (it was a straggler, warning)
+    v = diagnose(recorded("rank0_checkpoint_barrier.samples1.storage.json")).verdicts[0]
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
+    assert "completing 30 file syncs or positional reads and writes" in v.summary
+
+
+def test_reads_and_writes_alone_in_strace_do_not_count_as_storage() -> None:
+    # GIVEN that one sample with its fsyncs gone (read and write are a socket's too: a TCPStore
+    # poller makes dozens)
+    def no_syncs(rank: Rank) -> Rank:
+        assert rank.strace is not None
+        calls = tuple(c for c in rank.strace.syscalls if c.syscall not in ("fsync",))
+        return replace(rank, strace=replace(rank.strace, syscalls=calls))
+
+    snapshot = map_rank(recorded("rank0_checkpoint_barrier.samples1.storage.json"), 0, no_syncs)
+    v = diagnose(snapshot).verdicts[0]
+    # THEN one sample cannot tell it from a stuck write: a straggler, a warning
+    assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "warning", (0,)), v
