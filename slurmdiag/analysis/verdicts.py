@@ -470,6 +470,10 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
             return _Status(digest, "blocked", "pool", info.site, None, None, info)
         # subprocess.run's wait is "I/O" by its frames; the kernel says it waits for a child
         kind = "child" if _wchan_hint(proc.wchan) == "child" else info.kind
+        if kind == "child" and _workers_running(proc, "child"):
+            # waiting for a child process that computes (gzip, an evaluation script): the rank
+            # works through it (rank0_archive_barrier); an idle child leaves it blocked
+            return _Status(digest, "busy", "input", info.site, None, None, info)
         return _Status(digest, "blocked", kind, info.site, None, None, info)
     if _is_busy(digest):
         return _Status(digest, "busy", info.kind, info.site, None, None, info)
@@ -1406,23 +1410,32 @@ def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
     running = [(s, w) for s in inputs for w in (
         *_workers_running(s.digest.proc), *_workers_running(s.digest.proc, "child"))]
     pool = all(w.role == "child" for _, w in running) and bool(running)
-    kind = "pool worker" if pool else "DataLoader worker"
+    spawned = pool and not any(_in_pool(s.info) for s in inputs if s.info is not None)
+    kind = "child process" if spawned else "pool worker" if pool else "DataLoader worker"
+    kinds = "child processes" if spawned else f"{kind}s"
     workers = [
         f"rank {s.rank}: {kind} pid {w.pid} state {w.state or '?'}"
         + (f", {w.cpu_percent:.0f}% CPU" if w.cpu_percent is not None else "")
         + (f", in {site}" if (site := _worker_site(w)) else "")
+        + (f": {' '.join(w.cmdline)[:160]}" if spawned and w.cmdline else "")
         for s, w in running
     ]
-    what = "a slow pool task" if pool else "a slow input pipeline"
+    what = ("a slow child process" if spawned else "a slow pool task" if pool
+            else "a slow input pipeline")
+    task = "a child's work" if spawned else "a pool task" if pool else "an input pipeline"
     why = (
-        f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for {kind}s that run "
-        f"on the CPU: {'a pool task' if pool else 'an input pipeline'} slower than the look is "
+        f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for {kinds} that run "
+        f"on the CPU: {task} slower than the look is the same sight as one that never "
+        "finishes; a dead, idle or blocked one is called a straggler"
+    ) if spawned else (
+        f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for {kinds} that run "
+        f"on the CPU: {task} slower than the look is "
         "the same sight as a worker that never finishes; a dead, idle or blocked worker is "
         "called a straggler"
     )
     summary = (
         f"{what} or a hang, cannot tell: {_ranks_label(ranks)} "
-        f"{_verb(ranks, 'waits', 'wait')} for {'its' if len(ranks) == 1 else 'their'} {kind}s, "
+        f"{_verb(ranks, 'waits', 'wait')} for {'its' if len(ranks) == 1 else 'their'} {kinds}, "
         f"which compute, at {', '.join(sites[:3])} while {_waiting_phrase(waiting)}"
     )
     return Verdict(
@@ -1435,6 +1448,10 @@ def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
         evidence=(*[_proc_evidence(s) for s in inputs[:8]], *workers[:8],
                   *_group_evidence(waiting, limit=4), why),
         next_step=(
+            "attach again in a minute: a child that ended was only slow; one still running "
+            "shows what it does with py-spy dump or strace -p on its pid; give the call that "
+            "waits for it a timeout (subprocess.run(..., timeout=...))"
+        ) if spawned else (
             "attach again in a minute: if the step counter moved, the input pipeline is only "
             "slow (more workers, lighter decoding); if every worker is still in the same "
             "function, py-spy dump --pid WORKER shows where it loops"

@@ -117,3 +117,26 @@ def test_reads_and_writes_alone_in_strace_do_not_count_as_storage() -> None:
     v = diagnose(snapshot).verdicts[0]
     # THEN one sample cannot tell it from a stuck write: a straggler, a warning
     assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "warning", (0,)), v
+
+
+def test_rank_zero_waiting_for_a_child_that_computes_is_no_alarm() -> None:
+    # GIVEN rank 0 in subprocess.run's wait (do_wait) for gzip -9 at 98 % CPU, ranks 1-3 in
+    # the barrier: it was a critical straggler
+    v = diagnose(recorded("rank0_archive_barrier.default.child_busy.json")).verdicts[0]
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
+    assert v.summary.startswith("a slow child process or a hang, cannot tell: rank 0 waits")
+    assert any(e.startswith("rank 0: child process pid ") and ": gzip -9 -f " in e
+               for e in v.evidence), v.evidence
+    assert "subprocess.run(..., timeout=...)" in v.next_step
+
+
+def test_rank_zero_waiting_for_an_idle_child_is_the_straggler() -> None:
+    # GIVEN the same with the child asleep and using no CPU (child_process_wait's sight)
+    def idle_child(rank: Rank) -> Rank:
+        return replace(rank, workers=tuple(replace(w, state="S", cpu_percent=0.0)
+                                           for w in rank.workers))
+
+    snapshot = map_rank(recorded("rank0_archive_barrier.default.child_busy.json"), 0, idle_child)
+    v = diagnose(snapshot).verdicts[0]
+    assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "critical", (0,)), v
+    assert "waiting for a child process" in v.summary
