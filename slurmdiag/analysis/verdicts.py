@@ -469,7 +469,9 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
                 return _Status(digest, "busy", "input", info.site, None, None, info)
             return _Status(digest, "blocked", "pool", info.site, None, None, info)
         # subprocess.run's wait is "I/O" by its frames; the kernel says it waits for a child
-        kind = "child" if _wchan_hint(proc.wchan) == "child" else info.kind
+        # (waitpid), or subprocess's own frames do (communicate polls the child's pipes)
+        kind = ("child" if _wchan_hint(proc.wchan) == "child" or _in_subprocess(info)
+                else info.kind)
         if kind == "child" and _workers_running(proc, "child"):
             # waiting for a child process that computes (gzip, an evaluation script): the rank
             # works through it (rank0_archive_barrier); an idle child leaves it blocked
@@ -488,6 +490,13 @@ def _workers_running(proc: Rank, role: str = "dataloader_worker") -> list[Worker
     (state R), or at least WORKING_CPU of a core over the collection window."""
     return [w for w in proc.workers if w.role == role
             and ((w.state or "")[:1] == "R" or (w.cpu_percent or 0.0) >= 100 * WORKING_CPU)]
+
+
+def _in_subprocess(info: StackInfo) -> bool:
+    """The stack waits inside subprocess's Popen (communicate, wait: run, call, check_output)
+    for a child process: in waitpid, or polling the child's pipes (capture_output)."""
+    return any(f.file.endswith("/subprocess.py") and f.function.startswith("Popen.")
+               for f in info.frames if not f.native)
 
 
 def _in_pool(info: StackInfo) -> bool:
@@ -1199,6 +1208,45 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
     )
 
 
+def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
+    """Fewer ranks busy in their own code than wait for them, and every waiting rank waits in
+    a barrier, or in a rooted collective whose root is a busy rank: the shape of a rank-gated
+    phase (``if rank == 0: prepare() / evaluate() / save()`` then a barrier; Hugging Face's
+    main_process_first; a broadcast of what rank 0 prepares), which lasts as long as it
+    lasts. A rank late for the step's own collective (spinning_rank) is not this."""
+    if not waiting or len(busy) >= len(waiting):
+        return False
+    roots = {s.rank for s in busy}
+    return all(s.op in ("barrier", "monitored_barrier")
+               or (s.op in _ROOTED and _root_of(s) in roots) for s in waiting)
+
+
+def _gated_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
+    """Ranks busy in a rank-gated phase the others wait for (_gated_phase): a preparation, an
+    evaluation or a save longer than the look looks the same as an endless loop in it, so it is
+    said (info, low confidence), like a slow compute step."""
+    verdict = _spinning(busy, waiting, "info")
+    ranks = [s.rank for s in busy]
+    why = (
+        f"{_ranks_label(ranks)} {_verb(ranks, 'works', 'work')} outside any collective while "
+        "the others wait for it in a barrier (or in a broadcast from it): the shape of a "
+        "rank-gated phase (`if rank == 0: ...` then a barrier: data preparation, evaluation, "
+        "saving), which lasts as long as its work; an endless loop there looks the same"
+    )
+    return replace(
+        verdict,
+        kind=VerdictKind.SLOW_STEP,
+        confidence="low",
+        summary="a rank-gated phase or a hang, cannot tell: " + verdict.summary,
+        evidence=(*verdict.evidence, why),
+        next_step=(
+            "attach again in a minute: a rank that moved on (or logged) was only slow; one "
+            "still in the same function loops: py-spy dump --pid PID --locals shows its state; "
+            "raise the process group's timeout if the phase is long by design"
+        ),
+    )
+
+
 def _crashed_in_log(snapshot: Snapshot, ranks: Sequence[int]) -> bool:
     """The job's log holds an exit code (srun's "task N: Exited with exit code C") or a
     traceback of one of ``ranks``, or a traceback of no rank (unprefixed: it may be theirs)."""
@@ -1907,6 +1955,8 @@ def _hang_verdicts(
         # as ranks busy without the GIL at the next sync (.item()), and that stays "spinning"
         if len(native) == len(computing) < len(waiting) and not verdicts and not gpus:
             verdicts.append(_slow_step(computing, waiting))
+        elif not verdicts and not dead and not layout.missing and _gated_phase(computing, waiting):
+            verdicts.append(_gated_step(computing, waiting))
         else:
             verdicts.append(_spinning(computing, waiting, severity))
     if not verdicts and unsampled and waiting and len({s.position for s in waiting}) == 1:

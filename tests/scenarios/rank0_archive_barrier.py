@@ -1,37 +1,40 @@
-"""Scenario (control): rank 0 archives the run with a child process while the others wait.
+"""Scenario (control): rank 0 runs an external program while the others wait in a barrier.
 
-Every EVERY steps rank 0 compresses the run's artefacts with an external tool
-(`subprocess.run(["gzip", ...])` on a large file, standing in for `tar`/`zstd`/an evaluation
-script) and the others wait in `dist.barrier()`. Rank 0's main thread sits in `waitpid`,
-idle, while its child computes at full CPU for tens of seconds; nobody logs. It must never get
-a hang verdict: it is child_process_wait's sight (a rank waiting for a child) except that the
-child works.
+Every EVERY steps rank 0 runs the evaluation script on the last checkpoint as a child process
+(`subprocess.run([python, "-c", EVALUATION])`, standing in for an evaluation harness, `tar` or
+`zstd`) and the others wait in `dist.barrier()`. Rank 0's main thread sits in `waitpid`, idle,
+while its child computes at full CPU for about a minute; nobody logs. It must never get a hang
+verdict: it is child_process_wait's sight (a rank waiting for a child) except that the child
+works.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
+import sys
 
 import _harness as harness
 import _training as training
 import torch.distributed as dist
 
 EVERY = 3
-ARCHIVE_BYTES = 512 << 20
-#: Cycles of EVERY steps and one archive: about 30 minutes, the job's time limit.
-CYCLES = 20
+#: The child: a minute of scoring in pure Python, then its result on stdout.
+EVALUATION = """
+import time
+deadline = time.monotonic() + 60
+score = 0
+while time.monotonic() < deadline:
+    score = (score * 31 + sum(i * i for i in range(1000))) % 1000003
+print(score)
+"""
+#: Cycles of EVERY steps and one evaluation: about 30 minutes, the job's time limit.
+CYCLES = 25
 
 
-def archive(directory: str, cycle: int) -> None:
-    """Compress a large artefact with gzip -9 (tens of seconds of CPU on this machine)."""
-    path = os.path.join(directory, f"events-{cycle}.bin")
-    with open(path, "wb") as handle:
-        block = os.urandom(1 << 20)
-        for _ in range(ARCHIVE_BYTES >> 20):
-            handle.write(block)
-    subprocess.run(["gzip", "-9", "-f", path], check=True)
+def evaluate_checkpoint() -> str:
+    done = subprocess.run([sys.executable, "-c", EVALUATION], check=True,
+                          capture_output=True, text=True)
+    return done.stdout.strip()
 
 
 def main() -> None:
@@ -39,20 +42,17 @@ def main() -> None:
     harness.init_distributed(info)
     model = training.build_model()
     step = 0
-    with tempfile.TemporaryDirectory(prefix="archive-") as directory:
-        for cycle in range(CYCLES):
-            for _ in range(EVERY):
-                loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-                harness.log(info, f"step {step} loss {loss:.4f}")
-                step += 1
-            if info.rank == 0:
-                harness.log(info, f"archiving {cycle}")
-            if cycle == 0:
-                harness.report_ready(info, "archive" if info.rank == 0 else "barrier",
-                                     role="healthy")
-            if info.rank == 0:
-                archive(directory, cycle)
-            dist.barrier()
+    for cycle in range(CYCLES):
+        for _ in range(EVERY):
+            loss = training.train_step(model, training.synthetic_batch(info.rank, step))
+            harness.log(info, f"step {step} loss {loss:.4f}")
+            step += 1
+        if cycle == 0:
+            harness.report_ready(info, "evaluation script" if info.rank == 0 else "barrier",
+                                 role="healthy")
+        if info.rank == 0:
+            harness.log(info, f"evaluation {cycle}: {evaluate_checkpoint()}")
+        dist.barrier()
     dist.destroy_process_group()
 
 
