@@ -1198,13 +1198,19 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
         "longer than that looks the same as a hang; a loop spinning in Python holds the GIL "
         "and is called spinning"
     )
+    return _cannot_tell(verdict, "a slow step or a hang", why, NEXT_STEPS["slow_step"])
+
+
+def _cannot_tell(verdict: Verdict, what: str, why: str, next_step: str) -> Verdict:
+    """A spin verdict said as what a short look cannot tell from a hang (info, low
+    confidence): ``what`` heads its summary, ``why`` closes its evidence."""
     return replace(
         verdict,
         kind=VerdictKind.SLOW_STEP,
         confidence="low",
-        summary="a slow step or a hang, cannot tell: " + verdict.summary,
+        summary=f"{what}, cannot tell: {verdict.summary}",
         evidence=(*verdict.evidence, why),
-        next_step=NEXT_STEPS["slow_step"],
+        next_step=next_step,
     )
 
 
@@ -1233,18 +1239,10 @@ def _gated_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
         "rank-gated phase (`if rank == 0: ...` then a barrier: data preparation, evaluation, "
         "saving), which lasts as long as its work; an endless loop there looks the same"
     )
-    return replace(
-        verdict,
-        kind=VerdictKind.SLOW_STEP,
-        confidence="low",
-        summary="a rank-gated phase or a hang, cannot tell: " + verdict.summary,
-        evidence=(*verdict.evidence, why),
-        next_step=(
-            "attach again in a minute: a rank that moved on (or logged) was only slow; one "
-            "still in the same function loops: py-spy dump --pid PID --locals shows its state; "
-            "raise the process group's timeout if the phase is long by design"
-        ),
-    )
+    return _cannot_tell(verdict, "a rank-gated phase or a hang", why, (
+        "attach again in a minute: a rank that moved on (or logged) was only slow; one still "
+        "in the same function loops: py-spy dump --pid PID --locals shows its state; raise the "
+        "process group's timeout if the phase is long by design"))
 
 
 def _crashed_in_log(snapshot: Snapshot, ranks: Sequence[int]) -> bool:

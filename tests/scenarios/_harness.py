@@ -227,6 +227,29 @@ def train_healthy(info: RankInfo, steps: range, next_batch: Callable[[int], Any]
             report_ready(info, "training", role="healthy")
 
 
+def train_with_rank0_phase(info: RankInfo, every: int, cycles: int,
+                           phase: Callable[[int], str], what: str) -> None:
+    """The rank-gated controls' loop (rank0_*_barrier): cycles of ``every`` training steps,
+    then ``phase(cycle)`` on rank 0 alone, its result logged, while the others wait in a
+    barrier (``if rank == 0: ...`` then ``dist.barrier()`` on every rank); ready (role
+    healthy) when the first phase starts: ``what`` on rank 0, "barrier" on the others."""
+    import _training as training  # torch: imported by the ranks only, as in init_distributed
+    import torch.distributed as dist
+
+    model = training.build_model()
+    step = 0
+    for cycle in range(cycles):
+        for _ in range(every):
+            loss = training.train_step(model, training.synthetic_batch(info.rank, step))
+            log(info, f"step {step} loss {loss:.4f}")
+            step += 1
+        if cycle == 0:
+            report_ready(info, what if info.rank == 0 else "barrier", role="healthy")
+        if info.rank == 0:
+            log(info, phase(cycle))
+        dist.barrier()
+
+
 def run_then_barrier(prepare: Callable[[RankInfo], None]) -> None:
     """A job of one phase: the process group, ``prepare(info)`` (where the scenario hangs),
     then a barrier and the end."""

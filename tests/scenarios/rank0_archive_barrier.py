@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import _harness as harness
-import _training as training
 import torch.distributed as dist
 
 EVERY = 3
@@ -40,21 +39,10 @@ def evaluate_checkpoint() -> str:
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    model = training.build_model()
-    step = 0
-    for cycle in range(CYCLES):
-        for _ in range(EVERY):
-            loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-            harness.log(info, f"step {step} loss {loss:.4f}")
-            step += 1
-        if cycle == 0:
-            harness.report_ready(info, "evaluation script" if info.rank == 0 else "barrier",
-                                 role="healthy")
-        if info.rank == 0:
-            harness.log(info, f"evaluation {cycle}: {evaluate_checkpoint()}")
-        dist.barrier()
+    harness.train_with_rank0_phase(
+        info, EVERY, CYCLES, lambda cycle: f"evaluation {cycle}: {evaluate_checkpoint()}",
+        "evaluation script")
     dist.destroy_process_group()
-
 
 if __name__ == "__main__":
     main()

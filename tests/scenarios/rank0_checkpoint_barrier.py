@@ -13,7 +13,6 @@ import tempfile
 import time
 
 import _harness as harness
-import _training as training
 import torch
 import torch.distributed as dist
 
@@ -42,23 +41,12 @@ def save_checkpoint(directory: str, seconds: float) -> int:
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    model = training.build_model()
-    step = 0
     with tempfile.TemporaryDirectory(prefix="ckpt-") as directory:
-        for cycle in range(CYCLES):
-            for _ in range(EVERY):
-                loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-                harness.log(info, f"step {step} loss {loss:.4f}")
-                step += 1
-            if cycle == 0:
-                harness.report_ready(info, "checkpoint save" if info.rank == 0 else "barrier",
-                                     role="healthy")
-            if info.rank == 0:
-                shards = save_checkpoint(directory, SAVE_SECONDS)
-                harness.log(info, f"checkpoint {cycle}: {shards} shards")
-            dist.barrier()
+        harness.train_with_rank0_phase(
+            info, EVERY, CYCLES,
+            lambda cycle: f"checkpoint {cycle}: {save_checkpoint(directory, SAVE_SECONDS)} shards",
+            "checkpoint save")
     dist.destroy_process_group()
-
 
 if __name__ == "__main__":
     main()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 
 import _harness as harness
-import _training as training
 import torch
 import torch.distributed as dist
 
@@ -55,25 +54,13 @@ def evaluate(encoder: torch.nn.Module, seconds: float) -> dict[str, float]:
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    model = training.build_model()
     torch.manual_seed(1)
     encoder = torch.nn.Sequential(*(torch.nn.Sequential(
         torch.nn.Linear(VAL_FEATURES, VAL_FEATURES), torch.nn.Tanh()) for _ in range(8)))
-    step = 0
-    for cycle in range(CYCLES):
-        for _ in range(EVAL_EVERY):
-            loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-            harness.log(info, f"step {step} loss {loss:.4f}")
-            step += 1
-        if cycle == 0:
-            harness.report_ready(info, "evaluation" if info.rank == 0 else "barrier",
-                                 role="healthy")
-        if info.rank == 0:
-            metrics = evaluate(encoder, EVAL_SECONDS)
-            harness.log(info, f"eval {cycle}: {metrics}")
-        dist.barrier()
+    harness.train_with_rank0_phase(
+        info, EVAL_EVERY, CYCLES, lambda cycle: f"eval {cycle}: {evaluate(encoder, EVAL_SECONDS)}",
+        "evaluation")
     dist.destroy_process_group()
-
 
 if __name__ == "__main__":
     main()
