@@ -2,8 +2,8 @@
 
 `exit_waits_uploader`'s healthy twin. Every rank uploads its final checkpoint (64 MB) in a
 non-daemon "uploader" thread and returns from main, so Python's exit waits for the upload.
-The storage gateway (a child process of the rank, standing in for a remote service) reads
-32 KiB every 0.25 s (128 KiB/s): the upload takes several minutes, and the
+The storage gateway (a child process of the rank, standing in for a remote service; the one
+rank0_upload_barrier runs) reads 32 KiB every 0.25 s (128 KiB/s): the upload takes several minutes, and the
 uploader sits in one blocking send all along while its connection keeps carrying data. Then
 the gateway answers and every rank exits with code 0.
 
@@ -13,56 +13,18 @@ threading._shutdown, the uploader idle in a socket call): must never alarm.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import threading
-import time
 import urllib.request
 
 import _harness as harness
 import _training as training
 import torch.distributed as dist
+from rank0_upload_barrier import start_gateway
 
 STEPS = 4
 UPLOAD_BYTES = 64 << 20
-READ_BYTES, READ_EVERY_S = 32 << 10, 0.25
 #: urlopen without a timeout; no proxy, so the request goes where the URL says.
 CLIENT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def start_gateway() -> tuple[subprocess.Popen[str], int]:
-    """The storage gateway: another process (a child, standing in for a remote service), as
-    a gateway's reading is not the rank's; its port."""
-    gateway = subprocess.Popen([sys.executable, __file__, "--gateway"], stdout=subprocess.PIPE,
-                               text=True)
-    assert gateway.stdout is not None
-    return gateway, int(gateway.stdout.readline())
-
-
-def serve_gateway() -> None:
-    """The gateway's program: takes each upload READ_BYTES every READ_EVERY_S, answers 200."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    print(server.getsockname()[1], flush=True)
-    while True:
-        conn, _ = server.accept()
-        threading.Thread(target=take_upload, args=(conn,), daemon=True).start()
-
-
-def take_upload(conn: socket.socket) -> None:
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, READ_BYTES)
-    with conn:
-        header = b""
-        while b"\r\n\r\n" not in header:
-            header += conn.recv(READ_BYTES)
-        length = int(header.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-        received = len(header.split(b"\r\n\r\n", 1)[1])
-        while received < length:
-            time.sleep(READ_EVERY_S)  # a gateway throttled to READ_BYTES / READ_EVERY_S
-            received += len(conn.recv(READ_BYTES))
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 
 
 def upload_checkpoint(url: str, data: bytes) -> None:
@@ -74,7 +36,7 @@ def upload_checkpoint(url: str, data: bytes) -> None:
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    _gateway, port = start_gateway()
+    port = start_gateway(stalled=False)
     model = training.build_model()
     for step in range(STEPS):
         loss = training.train_step(model, training.synthetic_batch(info.rank, step))
@@ -89,4 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    serve_gateway() if sys.argv[1:] == ["--gateway"] else main()
+    main()

@@ -8,7 +8,6 @@ rank 1's takes the connection into its backlog and never answers. Ranks 0, 2 and
 upload and exit with code 0; rank 1's main thread has left the program and waits in
 threading._shutdown for its uploader, which sits in the socket read. The job stays RUNNING
 with no output, and 3 of its 4 ranks are gone.
-
 A verdict must not blame the ranks that are gone: they finished.
 """
 
@@ -18,6 +17,7 @@ import io
 import socket
 import threading
 import urllib.request
+from collections.abc import Callable
 
 import _harness as harness
 import _training as training
@@ -63,11 +63,15 @@ def upload_shard(url: str, data: bytes) -> None:
         response.read()
 
 
-def main() -> None:
+def main(also: Callable[[harness.RankInfo], None] | None = None) -> None:
+    """``also``: more each rank starts once its gateway is up (exit_heartbeat_stuck's
+    heartbeat)."""
     info = harness.setup()
     harness.init_distributed(info)
     gateway = storage_gateway(answers=info.rank != STUCK_RANK)
     GATEWAYS.append(gateway)
+    if also is not None:
+        also(info)
     model = training.build_model()
     for step in range(STEPS):
         loss = training.train_step(model, training.synthetic_batch(info.rank, step))

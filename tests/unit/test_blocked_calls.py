@@ -115,7 +115,7 @@ def test_a_rank_stuck_at_exit_while_its_heartbeat_talks_is_no_finishing_job(mode
     v = diagnose(recorded(f"exit_heartbeat_stuck.{mode}")).verdicts[0]
     # THEN it is stuck at its uploader's line, and the evidence says the connection is quiet
     assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
-    assert v.sites[0].endswith("exit_heartbeat_stuck.py:93")
+    assert v.sites[0].endswith("exit_waits_uploader.py:62")
     assert any(e.startswith("rank 1: thread uploader (tid ") and "no data on it" in e
                for e in v.evidence), v.evidence
 
