@@ -19,7 +19,10 @@ The modules, in the order of a collection:
     gpus        nvidia-smi and Xid lines
     nics        interfaces and InfiniBand ports
     sockets     TCP sockets (sock_diag), connections
+    fdsockets   sockets read through copies of the processes' own descriptors (pidfd_getfd)
     netlink     the netlink message walk nics and sockets share
+    filelocks   the file locks ranks hold and wait for (/proc/locks)
+    syscalls    the system call each thread sits in and what its descriptor is
     flight      PyTorch Flight Recorder requests and dumps
     framing     JSON without the json package, framed stdout lines
     __main__    the program the loader runs
