@@ -175,3 +175,11 @@ def test_a_rank_busy_in_python_while_the_others_wait_in_an_all_reduce_is_spinnin
         snapshot = map_rank(snapshot, number, in_all_reduce)
     v = diagnose(snapshot).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("spinning", "critical", (0,)), v
+
+
+def test_rank_zero_downloading_while_data_arrives_is_a_slow_transfer_too() -> None:
+    # GIVEN rank 0 in recvfrom of a shard download on a connection on which data arrived 88 ms
+    # before strace ended; ranks 1-3 in the barrier
+    v = diagnose(recorded("rank0_download_barrier.default.blocked_calls.json")).verdicts[0]
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
+    assert v.summary.startswith("a slow transfer, not hung while data moves: rank 0 is in recvfrom")
