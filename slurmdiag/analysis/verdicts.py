@@ -58,6 +58,7 @@ from slurmdiag.analysis.model import Analysis, RankView
 from slurmdiag.analysis.nic import nic_findings, watchdog_disagreement, watchdog_findings
 from slurmdiag.analysis.stacks import (
     BLOCKING_KINDS,
+    TRANSFER_CALLS,
     RankDigest,
     StackInfo,
     StackMerge,
@@ -1219,10 +1220,14 @@ def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     a barrier, or in a rooted collective whose root is a busy rank: the shape of a rank-gated
     phase (``if rank == 0: prepare() / evaluate() / save()`` then a barrier; Hugging Face's
     main_process_first; a broadcast of what rank 0 prepares), which lasts as long as it
-    lasts. A rank late for the step's own collective (spinning_rank) is not this."""
+    lasts. A rank late for the step's own collective (spinning_rank) is not this, nor are
+    ranks in a barrier on a subgroup (read from their locals) the busy ranks are not in."""
     if not waiting or len(busy) >= len(waiting):
         return False
     roots = {s.rank for s in busy}
+    # a barrier on a subgroup the busy ranks are not in does not wait for them
+    if any(s.members and not roots <= set(s.members) for s in waiting):
+        return False
     return all(s.op in ("barrier", "monitored_barrier")
                or (s.op in _ROOTED and _root_of(s) in roots) for s in waiting)
 
@@ -1265,14 +1270,9 @@ def _works_at_exit(s: _Status) -> bool:
     return bool(_measured_work(digest) or (moved and not _quiet_waits(digest.proc)))
 
 
-# System calls that move data on a descriptor (a thread sitting in one waits for its peer)
-_TRANSFER_CALLS = frozenset({"read", "write", "readv", "writev", "recvfrom", "sendto", "recvmsg",
-                             "sendmsg", "recvmmsg", "sendmmsg", "sendfile"})
-
-
 def _socket_waits(proc: Rank) -> list[BlockedCall]:
     """The rank's threads sitting in a transfer call on an established TCP connection."""
-    return [c for c in proc.blocked_calls if c.call in _TRANSFER_CALLS and c.local and c.remote
+    return [c for c in proc.blocked_calls if c.call in TRANSFER_CALLS and c.local and c.remote
             and not c.remote.endswith(":0")]
 
 
@@ -1297,16 +1297,16 @@ def _computes_in_python(digest: RankDigest) -> bool:
     return 2 * held > len(threads) if threads else False
 
 
-def _moving_data(proc: Rank) -> RecentConnection | None:
-    """The connection the rank's main thread sits in a send or receive on, when that connection
-    carried data in strace's window: the call is moving data, however long it lasts (a large
-    upload to a throttled store: rank0_upload_barrier); None otherwise."""
+def _moving_data(proc: Rank) -> tuple[BlockedCall, RecentConnection] | None:
+    """The send or receive the rank's main thread sits in, with its connection, when that
+    connection carried data in strace's window: the call is moving data, however long it lasts
+    (a large upload to a throttled store: rank0_upload_barrier); None otherwise."""
     recent = proc.recent_traffic
     if recent is None:
         return None
     active: dict[tuple[str | None, str | None], RecentConnection] = {
         (c.local, c.remote): c for c in recent.active}
-    return next((active[(c.local, c.remote)] for c in _socket_waits(proc)
+    return next(((c, active[(c.local, c.remote)]) for c in _socket_waits(proc)
                  if c.tid == proc.pid and (c.local, c.remote) in active), None)
 
 
@@ -1350,12 +1350,10 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
     places = []
     for s in movers:
         moving = _moving_data(s.digest.proc)
-        call = next((c for c in _socket_waits(s.digest.proc) if c.tid == s.digest.proc.pid
-                     and moving is not None and (c.local, c.remote) == (moving.local,
-                                                                        moving.remote)), None)
-        if s.kind == "transfer" and moving is not None and call is not None:
-            ago = min(moving.last_sent_ms, moving.last_received_ms)
-            places.append(f"in {call.call} on {moving.local} -> {moving.remote} at {s.site}, "
+        if s.kind == "transfer" and moving is not None:
+            call, connection = moving
+            ago = min(connection.last_sent_ms, connection.last_received_ms)
+            places.append(f"in {call.call} on {call.local} -> {call.remote} at {s.site}, "
                           f"data {ago} ms before strace ended")
         elif s.digest.io_rate is not None:
             places.append(f"reading and writing {s.digest.io_rate / 1e6:.1f} MB/s (its I/O "
@@ -1473,11 +1471,6 @@ def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
         f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for {kinds} that run "
         f"on the CPU: {task} slower than the look is the same sight as one that never "
         "finishes; a dead, idle or blocked one is called a straggler"
-    ) if spawned else (
-        f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for {kinds} that run "
-        f"on the CPU: {task} slower than the look is "
-        "the same sight as a worker that never finishes; a dead, idle or blocked worker is "
-        "called a straggler"
     )
     summary = (
         f"{what} or a hang, cannot tell: {_ranks_label(ranks)} "

@@ -33,7 +33,7 @@ from .gpus import collect_gpus
 from .nics import collect_nics
 from .options import ArgsError, read_options
 from .procfs import _read, allowed_env, read_stat, read_tracer
-from .sockets import connection_list, recent_activity, tcp_sockets
+from .sockets import connection_list, recent_activity, socket_inode, tcp_sockets
 from .stacks import (
     _in_dataloader_loop,
     adopt_spawned_ranks,
@@ -408,9 +408,12 @@ def read_process_state(run):
         entry["wchan"] = wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
     try:
         read_blocked_calls(run)
+    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
+        run.errors.append(f"system calls not read: collector bug: {exc!r}")
+    try:
         locks = file_locks([e["pid"] for e in run.ranks])
     except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
-        run.errors.append(f"file locks or system calls not read: collector bug: {exc!r}")
+        run.errors.append(f"file locks not read: collector bug: {exc!r}")
         return
     for entry in run.ranks:
         if entry["pid"] in locks:
@@ -424,11 +427,9 @@ def read_blocked_calls(run):
     for entry in run.ranks:
         calls = blocked_calls(entry["pid"])
         for call in calls:
-            target = call["target"] or ""
-            if target.startswith("socket:[") and target[8:-1].isdigit():
-                ends = endpoints.get(int(target[8:-1]))
-                if ends is not None:
-                    call["local"], call["remote"] = ends
+            ends = endpoints.get(socket_inode(call["target"]))
+            if ends is not None:
+                call["local"], call["remote"] = ends
         if calls:
             entry["blocked_calls"] = calls
 

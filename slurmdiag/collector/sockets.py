@@ -99,6 +99,13 @@ DIAG_MSG_LEN = 72
 INODE_WORD = (16 + DIAG_MSG_LEN - 4) // 4
 
 
+def socket_inode(target):
+    """The inode of a /proc/PID/fd link's target ``socket:[INODE]``, else None."""
+    if target and target.startswith("socket:[") and target[8:-1].isdigit():
+        return int(target[8:-1])
+    return None
+
+
 def socket_fds(pid):
     """{fd: inode} of the sockets ``pid`` holds open; None if its fds cannot be read."""
     try:
@@ -111,8 +118,9 @@ def socket_fds(pid):
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        if target.startswith("socket:["):
-            found[int(fd)] = int(target[8:-1])
+        inode = socket_inode(target)
+        if inode is not None:
+            found[int(fd)] = inode
     return found
 
 

@@ -131,6 +131,21 @@ def test_native_frames_keep_the_verdict_and_show_gloo_below_python(scenario_run)
     assert list(verdict.culprit_ranks) == run.truth["culprit_ranks"]
 
 
+def test_a_rank_in_a_socket_receive_is_named_with_its_call_and_quiet_connection(scenario_run):
+    # GIVEN http_no_timeout: rank 3's main thread in the socket read of a POST nobody answers
+    run = scenario_run("http_no_timeout")
+    snapshot = attach_job(run.job_id, AttachOptions(), write=False).snapshot
+    # THEN the collector read the thread's system call and connection (blocked_calls) ...
+    rank = next(r for _, r in snapshot.all_ranks() if r.rank == 3)
+    calls = [c for c in rank.blocked_calls if c.tid == rank.pid]
+    assert calls and calls[0].call in ("recvfrom", "read", "recvmsg"), rank.blocked_calls
+    assert calls[0].local and calls[0].remote, calls[0]
+    # ... and the verdict says that connection carried no data in strace's window
+    verdict = top_verdict(snapshot)
+    assert any(e.startswith("rank 3: thread ") and f" on {calls[0].local} -> " in e
+               and "no data on it" in e for e in verdict.evidence), verdict.evidence
+
+
 def test_torchrun_agents_waiting_for_a_node_that_never_joins(local_cluster, tmp_path):
     # GIVEN torchrun told --nnodes=2 but started on one node only (D2): no rank ever starts
     import time

@@ -185,3 +185,20 @@ def test_without_the_system_calls_the_feeder_is_an_idle_helper_again() -> None:
     # THEN the rank is still the straggler, at its exit handler's own line
     assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
     assert "QueueFeederThread" not in v.summary and "(an exit handler)" in v.summary
+
+
+def test_a_failing_system_call_reading_does_not_cost_the_file_locks(monkeypatch) -> None:
+    # GIVEN a collector whose system-call reading fails (a bug, an unreadable /proc)
+    import slurmdiag.collector.main as collector
+
+    def broken(pid):  # type: ignore[no-untyped-def]
+        raise OSError("boom")
+
+    monkeypatch.setattr(collector, "blocked_calls", broken)
+    monkeypatch.setattr(collector, "file_locks", lambda pids: {pids[0]: [{"held": True}]})
+    entry: dict = {"pid": os.getpid()}
+    run = SimpleNamespace(entries=[], ranks=[entry], tracing=None, sockets={}, errors=[])
+    collector.read_process_state(run)
+    # THEN the error is said and the locks are still read
+    assert any(e.startswith("system calls not read") for e in run.errors), run.errors
+    assert entry["file_locks"] == [{"held": True}]

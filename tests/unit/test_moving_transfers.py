@@ -183,3 +183,24 @@ def test_rank_zero_downloading_while_data_arrives_is_a_slow_transfer_too() -> No
     v = diagnose(recorded("rank0_download_barrier.default.blocked_calls.json")).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert v.summary.startswith("a slow transfer, not hung while data moves: rank 0 is in recvfrom")
+
+
+def test_ranks_in_a_barrier_on_a_subgroup_without_the_busy_rank_are_not_a_gated_phase() -> None:
+    # GIVEN the preparation snapshot with the waiting ranks' barrier read as one on a subgroup
+    # of ranks 1-3 (rank 0 not a member): that barrier does not wait for rank 0
+    from slurmdiag.analysis import verdicts
+
+    statuses: list = []
+    original = verdicts._gated_phase
+
+    def spy(busy, waiting):  # type: ignore[no-untyped-def]
+        statuses.extend(waiting)
+        return original(busy, [replace(s, members=(1, 2, 3)) for s in waiting])
+
+    import pytest
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verdicts, "_gated_phase", spy)
+        v = diagnose(recorded("rank0_prepare_barrier.default.gated.json")).verdicts[0]
+    # THEN it is not said as a rank-gated phase: rank 0 spins while they wait
+    assert statuses, "the rule was not consulted"
+    assert (v.kind, v.culprit_ranks) == ("spinning", (0,)), v
