@@ -60,6 +60,12 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _aligned(value: object) -> str | None:
+    """How the node's look began (the node document's ``aligned.by``), None if not said."""
+    by = value.get("by") if isinstance(value, dict) else None
+    return by if isinstance(by, str) else None
+
+
 def _float(value: Any) -> float | None:
     try:
         return float(value)
@@ -369,6 +375,7 @@ def node_from_document(name: str, raw: Mapping[str, Any]) -> Node:
         discovery=doc.get("discovery"),
         timings={str(k): float(v) for k, v in (doc.get("timings") or {}).items()},
         collector_cpu_s=_float(doc.get("cpu_s")),
+        aligned=_aligned(doc.get("aligned")),
         tools={str(k): v for k, v in (doc.get("tools") or {}).items()},
         ranks=tuple(ranks),
         other_processes=tuple(others),

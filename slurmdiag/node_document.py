@@ -195,6 +195,11 @@ class Nics(TypedDict, total=False):
     message: str | None
 
 
+class Aligned(TypedDict, total=False):
+    by: str  # go | closed | timeout | unreadable
+    waited_s: float
+
+
 class NodeDocument(TypedDict, total=False):
     format: int
     node: str
@@ -209,6 +214,7 @@ class NodeDocument(TypedDict, total=False):
     tools: dict[str, str | None]
     timings: dict[str, float]  # phase -> seconds
     sockets_read_with: str | list[str] | None
+    aligned: Aligned  # only when the transport sends the go (srun)
     errors: list[str]
     processes: list[Process]
     gpu: Gpu | None

@@ -60,13 +60,16 @@ class AttachOptions:
     nvidia_smi_paths: tuple[str, ...] = ()  # (): nvidia-smi on the nodes' PATH
     node_python: str | None = None  # None: /usr/bin/python3 if 3.8+, else the controller's
     node_cache: str = DEFAULT_NODE_CACHE  # "": compile the collector on every attach
+    # The most a node waits for every node's collector to start before its first sample (the
+    # srun transport's go); 0: each node samples as soon as it starts.
+    align_s: float = 2.0
     transport: str = "srun"  # one of TRANSPORTS
     ssh: SshSettings = field(default_factory=SshSettings)
 
     def __post_init__(self) -> None:
         if self.samples < 1:
             raise UsageError("--samples must be at least 1")
-        if self.interval_s < 0 or self.strace_s < 0 or self.timeout_s <= 0:
+        if self.interval_s < 0 or self.strace_s < 0 or self.timeout_s <= 0 or self.align_s < 0:
             raise UsageError("--interval and --strace must be >= 0 and --timeout > 0")
         if self.concurrency < 1:
             raise UsageError("the collector's concurrency must be at least 1")

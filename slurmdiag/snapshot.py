@@ -279,6 +279,10 @@ class Node:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per collector phase
     # the collector's own CPU-seconds on the node, interpreter start-up included, tools not
     collector_cpu_s: float | None = None
+    # how the node's first sample was timed: "go" (the controller's signal once every node's
+    # collector had started: the nodes' looks cover the same seconds), "timeout" (no go in
+    # time), "closed" (the transport sent none); None: not asked to wait (ssh, memory)
+    aligned: str | None = None
     tools: dict[str, str | None] = field(default_factory=dict)
     ranks: tuple[Rank, ...] = ()
     other_processes: tuple[WorkerProcess, ...] = ()  # launcher agents, shells: seen, not ranks

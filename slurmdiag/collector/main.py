@@ -61,12 +61,15 @@ from .tools import (
     pump_until,
     run_tasks,
     tool_run,
+    wait_for_go,
 )
 
 # The watchdog (SIGALRM) fires this long before the deadline if the document is not out yet.
 WATCHDOG_MARGIN_S = 0.15
 # How long the first round waits for strace to attach to the ranks (see wait_attached).
 ATTACH_WAIT_S = 0.3
+# Said when discovery is done, if the controller sends a go (align_s): see sample_stacks.
+READY_LINE = "@SDG1-READY {}\n"
 # The deadline of a collector whose arguments are unusable: it only reports them.
 ARGS_ERROR_BUDGET_S = 5.0
 
@@ -296,9 +299,13 @@ def sample_stacks(run):
     samples, strace_s, native = options["samples"], options["strace_s"], options["native"]
     pyspy, strace = run.doc["tools"]["py-spy"], run.doc["tools"]["strace"]
     overlap = options["strace_overlap"] if strace_s > 0 and not native else "off"
+    if options["align_s"] > 0:  # our processes are found: the controller's go may come
+        _write_line(READY_LINE.format(run.doc["node"]))
     if not pyspy and samples and run.ranks:
         errors.append("py-spy not found: no stacks (install py-spy or pass its path)")
     elif run.ranks or run.workers:
+        if options["align_s"] > 0:
+            wait_for_the_other_nodes(run)
         first_round_at = time.monotonic()
         round_cost = 0.3
         done = 0
@@ -341,6 +348,20 @@ def sample_stacks(run):
         read_sockets(run)
     if run.tracing is None and strace_s > 0 and run.ranks:
         run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
+
+
+def wait_for_the_other_nodes(run):
+    """Wait for the controller's go: it comes once every node's collector said it is ready
+    (sample_stacks), so that every node's look covers the same seconds (and the early nodes'
+    first dumps do not take the CPU that the later nodes need to start and find their ranks,
+    where nodes share a host's cores). At most until ``align_s`` after our own start; a
+    transport that sends nothing closes our stdin."""
+    clock, status = run.clock, run.status
+    _enter_phase(status, "waiting for the other nodes")
+    began = time.monotonic()
+    until = min(clock.t0 + run.options["align_s"], clock.deadline - FINISH_RESERVE_S - 1.0)
+    run.doc["aligned"] = {"by": wait_for_go(until), "waited_s": round(time.monotonic() - began, 3)}
+    _enter_phase(status, "py-spy sampling")
 
 
 def sample_round(run, first):

@@ -52,6 +52,9 @@ OPTIONAL = (  # type: tuple
     ("discovery", lambda v: v in ("auto", "walk", "listpids"), "auto, walk or listpids", "auto"),
     # bench/README.md measures the choices (see sample_stacks in main.py).
     ("strace_overlap", lambda v: v in ("first", "start", "off"), "first, start or off", "start"),
+    # Seconds (from the collector's start) a node waits for the controller's go on its stdin
+    # before its first round, so that every node's look starts at one moment; 0: no wait.
+    ("align_s", _number, "a number", 0.0),
 )
 
 
@@ -77,4 +80,5 @@ def read_options(args):
     options["concurrency"] = max(1, options["concurrency"])
     options["deadline_s"] = max(1.0, float(options["deadline_s"]))
     options["fr_wait_s"] = float(options["fr_wait_s"])
+    options["align_s"] = max(0.0, float(options["align_s"]))
     return options

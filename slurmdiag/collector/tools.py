@@ -164,8 +164,10 @@ def _end(tool, rc):
 
 def _close_reader(fd):
     _POLL.unregister(fd)
-    os.close(fd)
-    _READERS.pop(fd)[0].open -= 1
+    owner = _READERS.pop(fd)[0]
+    owner.open -= 1
+    if not isinstance(owner, _Input):  # our stdin stays open: no pipe may take fd 0
+        os.close(fd)
 
 
 def _reaped(tool):
@@ -251,6 +253,37 @@ def pump_until(condition, until=None):
         if condition() or (until is not None and now >= until) or not (_LIVE or until):
             return
         _pump(until)
+
+
+class _Input:
+    """The controller's side of our stdin, read by the tool loop like a tool's pipe."""
+
+    def __init__(self):
+        self.open = 1
+        self.chunks = []  # type: list
+
+
+def wait_for_go(until, fd=0):
+    """Wait until the controller writes a line on ``fd`` (our stdin), it closes it, or ``until``.
+
+    The tool loop runs meanwhile (the side task's nvidia-smi, ...). Returns "go", "closed"
+    (end of input: a transport that sends nothing) or "timeout"; "unreadable" when ``fd`` cannot
+    be watched. Used to start every node's look at one moment (see sample_stacks)."""
+    watched = _Input()
+    try:
+        _POLL.register(fd, select.POLLIN)
+    except (OSError, ValueError):
+        return "unreadable"
+    _READERS[fd] = (watched, watched.chunks)
+    try:
+        pump_until(lambda: b"\n" in b"".join(watched.chunks) or not watched.open, until)
+    finally:
+        if fd in _READERS:
+            _POLL.unregister(fd)
+            _READERS.pop(fd)
+    if b"\n" in b"".join(watched.chunks):
+        return "go"
+    return "closed" if not watched.open else "timeout"
 
 
 def tool_run(argv, timeout, merge_stderr=False):

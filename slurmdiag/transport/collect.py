@@ -122,7 +122,11 @@ def default_tool_paths(name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(candidates))
 
 
-def collector_args(job_id: str, options: AttachOptions, node: str | None = None) -> dict[str, Any]:
+def collector_args(
+    job_id: str, options: AttachOptions, node: str | None = None, *, aligned: bool = False
+) -> dict[str, Any]:
+    """The collector's arguments (collector/options.py). ``aligned``: the transport sends every
+    node the go once all have started (srun's stdin), so each waits for it (``align_s``)."""
     # The collector must finish before the controller's deadline, leaving time for the
     # transport to start it and to carry its output back.
     margin = min(5.0, max(1.5, options.timeout_s * 0.2))
@@ -142,6 +146,8 @@ def collector_args(job_id: str, options: AttachOptions, node: str | None = None)
     }
     if node is not None:
         args["node"] = node
+    if aligned and options.align_s > 0:
+        args["align_s"] = options.align_s
     return args
 
 
@@ -173,6 +179,7 @@ def node_command(
     portable: bool = True,
     source_in_env: bool = False,
     program: tuple[tuple[str, str], dict[str, Any]] | None = None,
+    aligned: bool = False,
 ) -> list[str]:
     """The argv each node runs: the interpreter choice, the loader, the payload, the args.
 
@@ -188,7 +195,8 @@ def node_command(
     left to the environment (``PAYLOAD_ENV``, see node_environment). ``program``: another
     node program to run the same way instead of the collector, ((hash, payload), its args).
     """
-    (digest, source), args = program or (collector_payload(), collector_args(job_id, options, node))
+    (digest, source), args = program or (
+        collector_payload(), collector_args(job_id, options, node, aligned=aligned))
     rest = [options.node_cache, digest, "-" if source_in_env else source, json.dumps(args)]
     if options.node_python:
         return [options.node_python, "-I", "-S", "-c", COLLECTOR_LOADER, "", *rest]

@@ -3,6 +3,8 @@
 srun merges the stdout of all its tasks, so every node's document travels as short lines::
 
     @SDG1-HELLO <node> <pid>                              once, when the collector starts
+    @SDG1-READY <node>                                    once its processes are found, when
+                                                          it waits for the go (srun's stdin)
     @SDG1 <node> <seq> <total> <crc32-hex> <chunk>        payload = base64(zlib(json document))
 
 Each chunk line is written with one ``os.write``. A node whose chunks are missing, repeated with
@@ -25,6 +27,7 @@ from slurmdiag.safeio import decimal_int
 
 FRAME_TAG = "@SDG1 "
 HELLO_TAG = "@SDG1-HELLO "
+READY_TAG = "@SDG1-READY "
 CHUNK_CHARS = 600
 # Bounds on what one node may send: its document decompressed, and so its number of chunks
 # (zlib shrinks JSON at most ~1000x; base64 adds a third). A claim beyond them is damage.
@@ -93,6 +96,8 @@ def decode_frames(text: str) -> FrameResult:
         prefix, line = line[:at], line[at:]
         if prefix.strip() and not _LABEL.match(prefix):
             result.noise.append(prefix)  # the head of a line that another node's line cut
+        if line.startswith(READY_TAG) and len(line.split()) == 2:
+            continue  # for StartGate (transport/srun.py), as the output arrives
         if line.startswith(HELLO_TAG):
             parts = line.split()
             hello_pid = decimal_int(parts[2]) if len(parts) == 3 else None

@@ -73,6 +73,20 @@ def _drain(sel_streams: list, sinks: dict, limit_s: float) -> None:
                     sel.unregister(key.fileobj)
 
 
+def _fed(proc: subprocess.Popen[bytes], feed: Callable[[], bytes | None]) -> bool:
+    """Write what ``feed`` has for the child's stdin, if anything yet, and close it; True then."""
+    data = feed()
+    if data is None:
+        return False
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except (BrokenPipeError, ValueError):
+        pass
+    return True
+
+
 def run_command(
     argv: Sequence[str],
     timeout: float,
@@ -84,13 +98,16 @@ def run_command(
     interrupt_signal: int | None = None,
     interrupt_grace_s: float = 3.0,
     on_started: Callable[[], None] | None = None,
+    feed: Callable[[], bytes | None] | None = None,
 ) -> CommandResult:
     """Run argv to completion or until ``timeout`` seconds, never raising for the child's failures.
 
     ``on_stdout_line`` is called for each complete stdout line as it arrives (used for progress);
     ``should_stop`` is polled and ends the command early when it returns True (e.g. every node
     has answered and only srun's own shutdown is left). ``on_started`` is called once the
-    child runs (not when it could not be started).
+    child runs (not when it could not be started). ``feed`` is polled as output arrives (and
+    every 50 ms): the first bytes it returns are written to the child's stdin, which is then
+    closed (srun ``--input=all`` passes them to every task: the collectors' go).
 
     A KeyboardInterrupt (Ctrl-C; the CLI turns SIGTERM into one) while the command runs ends its
     process group like a timeout and returns what came until then with ``interrupted`` set: the
@@ -103,7 +120,7 @@ def run_command(
     try:
         proc = subprocess.Popen(
             list(argv),
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if input is not None or feed is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=dict(env) if env is not None else None,
@@ -140,7 +157,9 @@ def run_command(
                 break
             if should_stop is not None and should_stop():
                 break
-            for key, _ in sel.select(timeout=min(remaining, 0.2)):
+            if feed is not None and _fed(proc, feed):
+                feed = None
+            for key, _ in sel.select(timeout=min(remaining, 0.2 if feed is None else 0.05)):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
@@ -174,8 +193,12 @@ def run_command(
             _end_group(proc)
         _drain(sel_streams=[s for s in (proc.stdout, proc.stderr) if not s.closed],
                sinks={proc.stdout: out, proc.stderr: err}, limit_s=2.0 if interrupted else 0.5)
-    for stream in (proc.stdout, proc.stderr):
-        stream.close()
+    for stream in (proc.stdout, proc.stderr, proc.stdin):
+        if stream is not None and not stream.closed:
+            try:
+                stream.close()
+            except BrokenPipeError:
+                pass
     returncode = proc.wait()
     return CommandResult(
         tuple(argv),

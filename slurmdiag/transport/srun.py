@@ -19,10 +19,44 @@ from slurmdiag.options import AttachOptions
 from slurmdiag.transport import collect
 from slurmdiag.transport.base import FanoutResult, NodeOutcome, Progress
 from slurmdiag.transport.collect import node_command, node_environment
-from slurmdiag.transport.framing import answered_node, decode_frames
+from slurmdiag.transport.framing import READY_TAG, answered_node, decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
 
 STEP_NAME = "slurmdiag-collect"
+# The go goes out this long after the first collector was ready if some have not said so by
+# then (a node slow to start, or one that never will): a node ready later samples at once.
+GO_AFTER_FIRST_S = 1.0
+
+
+class StartGate:
+    """The collectors' go (``feed`` of run_command): once every node's collector said it is
+    ready (its processes found), or GO_AFTER_FIRST_S after the first did. Each collector waits
+    for it before its first sample (collector ``align_s``), so every node's look covers the same
+    seconds."""
+
+    def __init__(self, nodes: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
+        self.expected = set(nodes)
+        self.ready: set[str] = set()
+        self.first: float | None = None
+        self.sent: tuple[float, int] | None = None  # (when, how many were ready)
+        self.clock = clock
+
+    def saw(self, line: str) -> None:
+        """A stdout line of the step: ``@SDG1-READY <node>`` counts its node as ready."""
+        at = line.rfind(READY_TAG)
+        parts = line[at:].split() if at >= 0 else []
+        if len(parts) == 2 and parts[1] in self.expected:
+            self.ready.add(parts[1])
+            if self.first is None:
+                self.first = self.clock()
+
+    def __call__(self) -> bytes | None:
+        if self.sent is None and self.first is not None and (
+            self.ready >= self.expected or self.clock() - self.first >= GO_AFTER_FIRST_S
+        ):
+            self.sent = (self.clock(), len(self.ready))
+            return b"go\n"
+        return None
 
 def srun_argv(
     job_id: str,
@@ -63,7 +97,10 @@ def srun_argv(
         # PMIx server in each node's stepd for it
         "--mpi=none",
         "--cpu-bind=none",
-        *(command or node_command(job_id, options, portable=portable, source_in_env=True)),
+        # the collectors' go (aligned_start) reaches every task through srun's stdin
+        *(["--input=all"] if command is None and options.align_s > 0 else []),
+        *(command or node_command(job_id, options, portable=portable, source_in_env=True,
+                                  aligned=options.align_s > 0)),
     ]
 
 
@@ -199,7 +236,11 @@ class SrunTransport:
         runner = self.runner
         answered: set[str] = set()
 
+        gate: StartGate | None = None
+
         def on_line(line: str) -> None:
+            if gate is not None and gate.sent is None:
+                gate.saw(line)
             # The last chunk of a node's document marks it as answered, for the progress display.
             node = answered_node(line) if progress is not None else None
             if progress is not None and node is not None and node not in answered:
@@ -208,6 +249,8 @@ class SrunTransport:
 
         def step(on: Sequence[str], step_options: AttachOptions, portable: bool,
                  started: Callable[[], None] | None = None) -> CommandResult:
+            nonlocal gate
+            gate = StartGate(on) if step_options.align_s > 0 else None
             return runner(
                 srun_argv(job_id, on, step_options, het_group, portable=portable),
                 step_options.timeout_s,
@@ -216,6 +259,7 @@ class SrunTransport:
                 # srun forwards SIGUSR1 to its tasks: the collectors send what they have.
                 interrupt_signal=signal.SIGUSR1,
                 on_started=started,
+                **({"feed": gate} if gate is not None else {}),
             )
 
         start = time.monotonic()

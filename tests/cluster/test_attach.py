@@ -15,6 +15,7 @@ from scenarios.launch import load_truth, suite_scenarios
 
 from slurmdiag.api import attach_job, collect_snapshot
 from slurmdiag.options import AttachOptions
+from slurmdiag.transport.srun import GO_AFTER_FIRST_S
 
 pytestmark = pytest.mark.cluster
 
@@ -82,6 +83,8 @@ def test_every_rank_is_found_with_its_global_rank_and_stacks(scenario_run, scena
     ]
     # (found below the job's own slurmstepd processes, without asking slurmd)
     assert {n.discovery for n in snapshot.nodes} == {"stepd"}
+    # AND every node's first sample waited for the go srun passed to all once all had started
+    assert {n.aligned for n in snapshot.nodes} == {"go"}, [(n.name, n.aligned) for n in snapshot.nodes]
     found = {r.rank: r for _, r in snapshot.all_ranks()}
     expected = {r for r in range(truth["world_size"]) if records[r].get("role") != "dead"}
     assert set(found) == expected, {r: (found[r].pid, found[r].cmdline, found[r].state) for r in found}
@@ -165,6 +168,10 @@ def test_stopped_slurmd_marks_its_node_and_keeps_the_others(scenario_run):
     assert by_name[victim].message
     for name in nodes[:-1]:
         assert by_name[name].status == "ok" and by_name[name].ranks
+        # AND their go did not wait for the victim's collector, which never started: it came
+        # GO_AFTER_FIRST_S after the first one did
+        assert by_name[name].aligned == "go"
+        assert by_name[name].timings["waiting for the other nodes"] < GO_AFTER_FIRST_S + 1.0
     # AND no collector step of ours is left in the job once slurmd is back
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:

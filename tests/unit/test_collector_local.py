@@ -1160,3 +1160,73 @@ def test_strace_after_the_first_round_keeps_one_suspended_sample(job: dict) -> N
                 sample["note"].startswith("same as sample")), sample["note"]
         # AND strace traced every rank for its whole window
         assert rank["strace"]["status"] == "ok" and rank["strace"]["window_s"] >= 0.9
+
+
+# ---------------------------------------------------------------- the go (align_s)
+
+
+def run_collector_with_input(args: dict[str, Any], after_hello: str) -> tuple[dict, float]:
+    """Run the collector with a pipe on its stdin, as srun --input=all gives it; once it said
+    hello: "go" (after 0.6 s), "close" (at once) or "silent" (keep it open, write nothing).
+    Returns (document, seconds from the hello to the go or close)."""
+    full = full_args(args)
+    options = AttachOptions(node_python="python3", node_cache="")
+    argv = node_command(args["job_id"], options, program=(collector_payload(), full))
+    proc = subprocess.Popen(argv, env={"PATH": TOOL_PATH, "LANG": "C.UTF-8"},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        hello = proc.stdout.readline()
+        assert hello.startswith("@SDG1-HELLO "), hello
+        heard = time.monotonic()
+        if after_hello == "go":
+            time.sleep(0.6)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        if after_hello != "silent":
+            proc.stdin.close()
+        signalled = time.monotonic() - heard
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "no document within 60 s"
+        out = proc.stdout.read()  # to the end: the collector exits after its document
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        if not proc.stdin.closed:
+            proc.stdin.close()
+        proc.stdout.close()
+    node = full.get("node", "nodeX")
+    assert f"@SDG1-READY {node}\n" in out  # what the controller's StartGate counts
+    frames = decode_frames(hello + out)
+    assert frames.noise == [] and frames.damaged == {}, (frames.noise, frames.damaged)
+    return frames.documents[node], signalled
+
+
+def _first_samples(doc: dict) -> list[float]:
+    return [p["samples"][0]["t"] for p in doc["processes"] if p["role"] == "rank"]
+
+
+@pytest.mark.parametrize("after_hello", ["go", "close", "silent"])
+def test_a_collector_told_to_wait_samples_after_the_go_or_its_own_limit(
+    job: dict, after_hello: str
+) -> None:
+    # GIVEN a collector asked to wait at most 1.5 s (from its start) for the controller's go
+    args = {"job_id": JOB, "node": "nodeX", "samples": 1, "strace_s": 0.0, "deadline_s": 20.0,
+            "align_s": 1.5}
+    # WHEN the go comes 0.6 s after its hello, or its input ends at once, or nothing comes
+    doc, signalled = run_collector_with_input(args, after_hello)
+    by = {"go": "go", "close": "closed", "silent": "timeout"}[after_hello]
+    # THEN it says how its look began and how long it waited, and no sample came before that
+    assert doc["aligned"]["by"] == by, doc["aligned"]
+    waited = doc["aligned"]["waited_s"]
+    assert "waiting for the other nodes" in doc["timings"]
+    firsts = _first_samples(doc)
+    assert len(firsts) == 3
+    if by == "go":
+        assert signalled >= 0.6 and 0.2 < waited < 1.5
+        assert min(firsts) >= 0.6  # seconds from the collector's start, before its hello
+    elif by == "closed":
+        assert waited < 0.3
+    else:
+        assert min(firsts) >= 1.45 and waited < 1.5
+    assert doc["errors"] == [] or all("scanned /proc" in e for e in doc["errors"]), doc["errors"]

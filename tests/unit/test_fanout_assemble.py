@@ -12,7 +12,9 @@ from slurmdiag.transport.collect import node_command
 from slurmdiag.transport.framing import encode_frames
 from slurmdiag.transport.run import CommandResult
 from slurmdiag.transport.srun import (
+    GO_AFTER_FIRST_S,
     SrunTransport,
+    StartGate,
     nodes_without_system_python,
     outcomes_from_output,
     srun_argv,
@@ -40,7 +42,7 @@ def test_srun_argv_is_one_overlapping_step_without_gpus():
         assert flag in argv
     # AND each task is the node command (nodes need no install), with the args last, and the
     # collector's source in the step's environment, not in argv (Python decodes argv at start)
-    command = node_command("77", options, source_in_env=True)
+    command = node_command("77", options, source_in_env=True, aligned=True)
     assert argv[-len(command):] == command and argv[-2] == "-"
     digest, source = collect.collector_payload()
     assert argv[-3] == digest and source not in argv
@@ -48,6 +50,16 @@ def test_srun_argv_is_one_overlapping_step_without_gpus():
     assert env == {"PATH": "/usr/bin", collect.PAYLOAD_ENV: source}
     args = json.loads(argv[-1])
     assert args["job_id"] == "77" and args["deadline_s"] < 20
+    # AND srun passes its stdin to every task: the go each collector waits for before its
+    # first sample (at most align_s)
+    assert "--input=all" in argv and args["align_s"] == options.align_s > 0
+
+
+def test_without_alignment_the_step_has_no_input_and_the_collectors_do_not_wait():
+    argv = srun_argv("77", ["n1", "n2"], AttachOptions(align_s=0))
+    assert "--input=all" not in argv and "align_s" not in json.loads(argv[-1])
+    # AND a transport that sends no go (ssh) never asks its collectors to wait for one
+    assert "align_s" not in json.loads(node_command("77", AttachOptions(), "n1")[-1])
 
 
 def test_het_component_step_names_the_leader_and_the_group():
@@ -275,10 +287,10 @@ def test_nodes_without_the_system_python_get_the_portable_command_in_a_second_st
     # THEN the first step ran the system Python directly on both nodes
     first, second = calls
     assert "--nodelist=node001,node002" in first[0]
-    assert first[0][first[0].index("--cpu-bind=none") + 1] == collect.SYSTEM_PYTHON
+    assert first[0][first[0].index("--input=all") + 1] == collect.SYSTEM_PYTHON
     # AND the second, only on node002, the shell that picks an interpreter, within the time left
     assert "--nodelist=node002" in second[0]
-    assert second[0][second[0].index("--cpu-bind=none") + 1:][:2] == ["/bin/sh", "-c"]
+    assert second[0][second[0].index("--input=all") + 1:][:2] == ["/bin/sh", "-c"]
     assert second[1] <= 30 and json.loads(second[0][-1])["deadline_s"] < second[1]
     # AND both nodes are there, in order
     assert [(n, o.status) for n, o in out.nodes.items()] == [("node001", "ok"), ("node002", "ok")]
@@ -293,5 +305,59 @@ def test_no_second_step_without_the_system_python_on_the_controller(monkeypatch)
         return result(stdout=REAL_STDOUT)
 
     out = SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
-    assert len(calls) == 1 and calls[0][calls[0].index("--cpu-bind=none") + 1] == "/bin/sh"
+    assert len(calls) == 1 and calls[0][calls[0].index("--input=all") + 1] == "/bin/sh"
     assert {o.status for o in out.nodes.values()} == {"ok"}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_go_goes_out_once_every_node_said_it_is_ready():
+    # GIVEN a gate for three nodes
+    clock = FakeClock()
+    gate = StartGate(["n1", "n2", "n3"], clock)
+    # WHEN nothing has started yet, or only some nodes, or a stranger said hello
+    assert gate() is None
+    gate.saw("@SDG1-READY n1")
+    gate.saw("@SDG1-READY other")  # not a node of this step
+    gate.saw("  1: @SDG1-READY n2")  # a labelled line counts
+    gate.saw("@SDG1-HELLO n3 14")  # started, not ready
+    gate.saw("@SDG1 n3 0 1 0000abcd payload")  # a document's chunk is not ready either
+    clock.now += GO_AFTER_FIRST_S / 2
+    # THEN no go yet
+    assert gate() is None and gate.ready == {"n1", "n2"}
+    # AND the last node's ready line sends it, once, saying when and how many were ready
+    gate.saw("@SDG1-READY n3")
+    assert gate() == b"go\n" and gate.sent == (clock.now, 3)
+    assert gate() is None
+
+
+def test_a_node_that_never_starts_delays_the_others_by_go_after_first_s_at_most():
+    clock = FakeClock()
+    gate = StartGate(["n1", "n2"], clock)
+    gate.saw("@SDG1-READY n1")
+    clock.now += GO_AFTER_FIRST_S - 0.01
+    assert gate() is None
+    clock.now += 0.02
+    assert gate() == b"go\n" and gate.sent == (clock.now, 1)
+
+
+def test_the_srun_transport_feeds_the_gate_with_the_steps_lines():
+    # GIVEN a runner standing in for srun, which plays the step's hello lines to the callback
+    # and asks the feed after each
+    fed = []
+
+    def runner(argv, timeout, **kwargs):
+        for node in ("node001", "node002"):
+            kwargs["on_stdout_line"](f"@SDG1-READY {node}")
+            fed.append(kwargs["feed"]())
+        return result(stdout=REAL_STDOUT)
+
+    SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
+    # THEN the go is fed once both collectors said they are ready, not before
+    assert fed == [None, b"go\n"]

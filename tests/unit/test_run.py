@@ -89,3 +89,31 @@ def test_ctrl_c_ends_the_group_and_keeps_what_came(tmp_path):
     grandchild = int((tmp_path / "grandchild").read_text())
     assert not Path(f"/proc/{grandchild}").exists() or "Z" in Path(
         f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_feed_writes_to_stdin_once_it_has_something_then_closes_it():
+    # GIVEN a child that says it is ready, then waits for a line on stdin and echoes it, then
+    # reads to the end of its input
+    script = ("import sys; print('ready', flush=True); line = sys.stdin.readline(); "
+              "print('got', line.strip(), flush=True); print('rest', repr(sys.stdin.read()))")
+    seen: list[str] = []
+    asked: list[float] = []
+
+    def feed() -> bytes | None:
+        asked.append(time.monotonic())
+        return b"go\n" if "ready" in seen else None
+
+    # WHEN run with a feed that answers only once the child said it is ready
+    result = run_command([sys.executable, "-c", script], timeout=20, on_stdout_line=seen.append,
+                         feed=feed)
+    # THEN the child got the line, then the end of its input (stdin closed after the feed)
+    assert result.ok, result.stderr
+    assert result.stdout.splitlines() == ["ready", "got go", "rest ''"]
+    # AND the feed was asked until it answered, then never again
+    assert len(asked) >= 2 and "ready" in seen
+
+
+def test_without_feed_or_input_the_child_reads_the_end_of_input_at_once():
+    result = run_command([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"],
+                         timeout=20)
+    assert result.stdout.strip() == "''"
