@@ -824,6 +824,16 @@ TIE_RULES = (
 )
 
 
+# The other reading when the larger group shows one of TIE_RULES' signs (see _majority_diverged).
+_DIVERGED_READING = (
+    "they wait on each other point to point, not in the loop's collective",
+    ("a barrier or object collective is the usual extra call of a path taken apart: an early "
+     "exit from the loop, a rank-gated eval or checkpoint"),
+    "their collective is not the training machinery's",
+    "their frames are named like a side path",
+)
+
+
 def _tie_signs(group: list[_Status]) -> tuple[bool, ...]:
     """Which of TIE_RULES the group shows, in their order."""
     info = group[0].info
@@ -847,6 +857,22 @@ def _tie_rule(first: list[_Status], second: list[_Status]) -> str | None:
     return None
 
 
+def _majority_diverged(reference: list[_Status], culprit_groups: list[list[_Status]]) -> str | None:
+    """The sign of a diverged path (TIE_RULES but the last: holding rank 0 is no sign of
+    divergence when groups differ in size) that the larger group shows and the smaller one
+    does not, when only two groups wait: ranks 1-3 in a barrier after the loop they left
+    early, rank 0 still in the loop's all_reduce. By stacks alone that cannot be told from
+    rank 0 on a path of its own (one extra batch): the smaller group stays the culprit, the
+    verdict says the other reading. None when the signs agree with the size."""
+    if len(culprit_groups) != 1:
+        return None
+    mine, theirs = _tie_signs(reference), _tie_signs(culprit_groups[0])
+    for rule, has, lacks in zip(TIE_RULES[:-1], mine, theirs):
+        if has != lacks:
+            return rule if has else None
+    return None
+
+
 def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str) -> Verdict:
     groups = list(_group_by(waiting, lambda s: s.position).values())
     # The reference is the largest group; among equally large ones the least suspicious.
@@ -856,6 +882,7 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
     first, second = ranked[0], ranked[1]
     rule = _tie_rule(first, second) if len(first) == len(second) else None
     ambiguous = len(first) == len(second) and rule is None
+    against: str | None = None  # a sign that the larger group is the one that diverged
     evidence = _group_evidence(waiting)
     alone = [g for g in groups if len(g) == 1]
     together = [g for g in ranked[1:] if len(g) > 1]
@@ -884,6 +911,8 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
                 f"apart ({TIE_RULES.index(str(rule)) + 1} of {len(TIE_RULES)}): "
                 f"{_ranks_label(s.rank for s in second)}: {rule}; taken as the culprit"
             )
+        else:
+            against = _majority_diverged(first, culprit_groups)
     ops = {g[0].op for g in groups}
     same_op = len(ops) == 1
     how = (
@@ -897,13 +926,23 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
             f"{_waiting_phrase(culprit_statuses)} while {_waiting_phrase(reference)}: "
             f"the ranks called {how}"
         )
+        if against is not None:
+            summary += (
+                f"; or {_ranks_label(s.rank for s in reference)} took a path of their own "
+                f"({_DIVERGED_READING[TIE_RULES.index(against)]}): stacks alone cannot tell"
+            )
+            evidence.append(
+                f"the larger group shows a sign of a diverged path that the smaller lacks "
+                f"({against}): the smaller group is named only for being smaller"
+            )
     else:
         halves = " vs ".join(_waiting_phrase(g) for g in culprit_groups[:3])
         summary = f"{halves}: the ranks called {how}; cannot tell which side diverged"
     evidence.extend(evidence_extra)
     sites = _unique(s.site for s in sorted(culprit_statuses, key=lambda s: s.rank))
-    # a tie decided by rank 0 alone is a guess: said, and the confidence says it
-    weak = reference and rule == TIE_RULES[-1]
+    # a tie decided by rank 0 alone is a guess, and so is a majority against a sign: said, and
+    # the confidence says it
+    weak = reference and (rule == TIE_RULES[-1] or against is not None)
     return Verdict(
         confidence="medium" if weak else None,
         kind=VerdictKind.MISMATCHED_COLLECTIVE,

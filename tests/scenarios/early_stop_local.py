@@ -16,9 +16,9 @@ TARGET_ACCURACY = 0.9
 STEPS = 1000
 
 
-def validation_accuracy(rank: int, step: int) -> float:
-    """Accuracy on this rank's own validation shard; rank 0's shard is the easiest."""
-    return min(0.99, 0.6 + step * (0.1 if rank == 0 else 0.02))
+def validation_accuracy(rank: int, step: int, easy: frozenset[int]) -> float:
+    """Accuracy on this rank's own validation shard; the easy shards reach the target first."""
+    return min(0.99, 0.6 + step * (0.1 if rank in easy else 0.02))
 
 
 def wait_for_everyone(info: harness.RankInfo) -> None:
@@ -26,7 +26,7 @@ def wait_for_everyone(info: harness.RankInfo) -> None:
     dist.barrier()  # CULPRIT
 
 
-def main() -> None:
+def main(easy: frozenset[int] = frozenset({0})) -> None:
     info = harness.setup()
     harness.init_distributed(info)
     model = training.build_model()
@@ -34,7 +34,7 @@ def main() -> None:
         if step == 4:
             harness.report_ready(info, f"step {step}: gradient all_reduce", role="waiting")
         loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-        accuracy = validation_accuracy(info.rank, step)
+        accuracy = validation_accuracy(info.rank, step, easy)
         harness.log(info, f"step {step} loss {loss:.4f} val_acc {accuracy:.2f}")
         if accuracy >= TARGET_ACCURACY:
             harness.log(info, "target accuracy reached: stopping early")
