@@ -74,6 +74,17 @@ def test_a_main_thread_caught_asking_for_the_gil_still_stopped_on_it() -> None:
     assert v.sites[0].endswith("gil_held_native.py:45")
 
 
+def test_a_main_thread_whose_cpu_is_its_asks_for_the_gil_is_stopped_on_the_holder() -> None:
+    # GIVEN rank 1's main thread never running in a sample, but its CPU time +2.5 % of a core
+    # between them (it wakes each switch interval to ask for the GIL: a loaded node), while its
+    # shipper thread holds the GIL idle in a native write in every sample
+    v = diagnose(recorded("gil_held_native.default.gil_waits.json")).verdicts[0]
+    # THEN the rank is stopped at the holder's line (it was spinning at the main thread's line)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert v.sites[0].endswith("gil_held_native.py:45")
+    assert "held by thread shipper" in " ".join((v.summary, *v.evidence))
+
+
 def test_a_main_thread_that_works_without_the_gil_is_not_stopped_on_it() -> None:
     # GIVEN the same, its main thread active and using half a core between the samples
     def working(rank: Rank) -> Rank:
