@@ -793,7 +793,8 @@ class RankDigest:
     busy_threads: tuple[str, ...]  # other threads active in user code
     main_rule: str = "os_thread_id"  # how the main thread was found (MAIN_RULES), weakest used
     cpu_fraction: float | None = None  # main thread's CPU over the samples (cores), measured
-    io_rate: float | None = None  # bytes/s read+written (rchar+wchar) over the samples
+    # bytes/s read+written (rchar+wchar) over the samples: the main thread's (see _usage)
+    io_rate: float | None = None
     # other threads with the job's own code, not idle: (description, site), see _side_threads
     side_threads: tuple[tuple[str, str], ...] = ()
     # another thread stuck in a collective: (its name, its stack)
@@ -973,8 +974,26 @@ def _waited_for_the_gil(mains: Sequence[tuple[Sample, ThreadStack]]) -> bool:
     return used / (measured[-1][0] - measured[0][0]) < GIL_WAIT_CPU
 
 
+# Where a main thread waits for another thread's signal (a future, an event, a join, a queue):
+# its innermost Python frame is in one of these files (a Lock's acquire is C: the frame on top
+# is the caller's own line, and it may be the main thread itself that holds the lock).
+THREAD_SIGNAL_FILES = ("threading.py", "queue.py", "concurrent/futures/_base.py")
+
+
+def waits_for_a_signal(frames: Sequence[Frame]) -> bool:
+    """The innermost Python frame is a thread-to-thread wait (THREAD_SIGNAL_FILES)."""
+    top = next((f for f in frames if not f.native), None)
+    return top is not None and top.file.endswith(THREAD_SIGNAL_FILES)
+
+
 def _usage(samples: Sequence[Sample], mains: Sequence[tuple[Sample, ThreadStack]]):  # type: ignore[no-untyped-def]
-    """(main thread's CPU in cores, I/O bytes/s) between the first and last measured sample."""
+    """(main thread's CPU in cores, I/O bytes/s) between the first and last measured sample.
+
+    The I/O is the main thread's own (its /proc/PID/task/PID/io, every sample having it), unless
+    it waits for another thread's signal (a future, a join, a queue: the other thread's work is
+    the rank's progress then) or the collector did not read it: then the process's. A main
+    thread stuck in a lock or a socket while another thread writes a trace file at megabytes a
+    second does not work (lock_hang_busy_writer)."""
     measured = [(s.t, m.cpu_s) for s, m in mains if m.cpu_s is not None]
     cpu = None
     if len(measured) >= 2 and measured[-1][0] - measured[0][0] > 0.05:
@@ -982,7 +1001,9 @@ def _usage(samples: Sequence[Sample], mains: Sequence[tuple[Sample, ThreadStack]
         # wait loop's wake-up as much as work, so the fraction is counted one tick short
         used = measured[-1][1] - measured[0][1] - CPU_TICK_S
         cpu = max(0.0, used / (measured[-1][0] - measured[0][0]))
-    counted = [(s.t, s.io) for s in samples if s.io is not None]
+    counted = [(s.t, s.main_io) for s in samples if s.main_io is not None]
+    if len(counted) < len(samples) or (mains and waits_for_a_signal(mains[-1][1].frames)):
+        counted = [(s.t, s.io) for s in samples if s.io is not None]
     io = None
     if len(counted) >= 2 and counted[-1][0] - counted[0][0] > 0.05:
         (t0, a), (t1, b) = counted[0], counted[-1]

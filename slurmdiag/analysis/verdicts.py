@@ -69,6 +69,7 @@ from slurmdiag.analysis.stacks import (
     main_thread,
     merge_stacks,
     program_ended,
+    waits_for_a_signal,
 )
 from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.snapshot import (
@@ -785,19 +786,12 @@ def _children_of(s: _Status) -> list[str]:
     ][:3]
 
 
-# Where a main thread waits for another thread's signal (a future, an event, a join, a queue):
-# its innermost Python frame is in one of these files (a Lock's acquire is C: the frame on top
-# is the caller's own line, and it may be the main thread itself that holds the lock).
-_THREAD_SIGNAL_FILES = ("threading.py", "queue.py", "concurrent/futures/_base.py")
-
-
 def _waits_for_thread(s: _Status) -> bool:
     """The main thread is parked in a thread-to-thread wait while another thread of the rank
     sits in the job's own code."""
     if s.kind != "lock" or not s.digest.side_threads or s.info is None:
         return False
-    top = next((f for f in s.info.frames if not f.native), None)
-    return top is not None and top.file.endswith(_THREAD_SIGNAL_FILES)
+    return waits_for_a_signal(s.info.frames)
 
 
 def _waits_on_thread(s: _Status) -> str:
