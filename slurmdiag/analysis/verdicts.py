@@ -1258,15 +1258,18 @@ def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     a barrier, or in a rooted collective whose root is a busy rank: the shape of a rank-gated
     phase (``if rank == 0: prepare() / evaluate() / save()`` then a barrier; Hugging Face's
     main_process_first; a broadcast of what rank 0 prepares), which lasts as long as it
-    lasts. A rank late for the step's own collective (spinning_rank) is not this, nor are
-    ranks in a barrier on a subgroup (read from their locals) the busy ranks are not in."""
+    lasts. The process group's start-up is such a point too: a rank that prepares alone
+    before it joins (indexes its shard, downloads, compiles) while the others wait in
+    init_process_group (slow_start_rank). A rank late for the step's own collective
+    (spinning_rank) is not this, nor are ranks in a barrier on a subgroup (read from their
+    locals) the busy ranks are not in."""
     if not waiting or len(busy) >= len(waiting):
         return False
     roots = {s.rank for s in busy}
     # a barrier on a subgroup the busy ranks are not in does not wait for them
     if any(s.members and not roots <= set(s.members) for s in waiting):
         return False
-    return all(s.op in ("barrier", "monitored_barrier")
+    return all(s.op in ("barrier", "monitored_barrier") or s.op in STARTUP_OPS
                or (s.op in _ROOTED and _root_of(s) in roots) for s in waiting)
 
 
@@ -1276,13 +1279,21 @@ def _gated_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
     said (info, low confidence), like a slow compute step."""
     verdict = _spinning(busy, waiting, "info")
     ranks = [s.rank for s in busy]
-    why = (
-        f"{_ranks_label(ranks)} {_verb(ranks, 'works', 'work')} outside any collective while "
-        "the others wait for it in a barrier (or in a broadcast from it): the shape of a "
-        "rank-gated phase (`if rank == 0: ...` then a barrier: data preparation, evaluation, "
-        "saving), which lasts as long as its work; an endless loop there looks the same"
-    )
-    return _cannot_tell(verdict, "a rank-gated phase or a hang", why, (
+    works = f"{_ranks_label(ranks)} {_verb(ranks, 'works', 'work')} outside any collective"
+    if all(s.op in STARTUP_OPS for s in waiting):
+        phase = "a slow start or a hang"
+        why = (f"{works} before joining the process group while the others wait for it in "
+               f"{waiting[0].op}: a rank that prepares alone before it joins (indexing its "
+               "shard, downloading, compiling) looks the same as one that loops")
+    else:
+        phase = "a rank-gated phase or a hang"
+        why = (
+            f"{works} while the others wait for it in a barrier (or in a broadcast from it): "
+            "the shape of a rank-gated phase (`if rank == 0: ...` then a barrier: data "
+            "preparation, evaluation, saving), which lasts as long as its work; an endless "
+            "loop there looks the same"
+        )
+    return _cannot_tell(verdict, phase, why, (
         "attach again in a minute: a rank that moved on (or logged) was only slow; one still "
         "in the same function loops: py-spy dump --pid PID --locals shows its state; raise the "
         "process group's timeout if the phase is long by design"))

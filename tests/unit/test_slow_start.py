@@ -1,0 +1,34 @@
+"""A rank that works alone before it joins the process group while the others wait in
+init_process_group (`slow_start_rank`, recorded by `make accuracy`) is a slow start or a hang,
+which a look of seconds cannot tell apart; one idle in a call there (`slow_start_stuck`) is a
+straggler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.snapshot import Snapshot
+
+ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
+
+
+def verdict(name: str):  # type: ignore[no-untyped-def]
+    snapshot = Snapshot.from_json((ACCURACY / f"{name}.default.startup.json").read_text())
+    return diagnose(snapshot).verdicts[0]
+
+
+def test_a_rank_working_before_it_joins_is_a_slow_start_or_a_hang() -> None:
+    v = verdict("slow_start_rank")
+    # it was spinning, critical
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (3,)), v
+    assert "a slow start or a hang" in v.summary
+    assert any("before joining the process group while the others wait for it in "
+               "init_process_group" in e for e in v.evidence), v.evidence
+    assert v.sites[0].endswith("slow_start_rank.py:build_shard_index")
+
+
+def test_a_rank_idle_in_a_call_before_it_joins_is_a_straggler() -> None:
+    v = verdict("slow_start_stuck")
+    assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "critical", (3,)), v
+    assert v.sites[0].endswith("slow_start_rank.py:47")
