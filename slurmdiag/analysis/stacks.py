@@ -929,20 +929,23 @@ def _side_collective(table: StackTable, mains: Sequence[tuple[Sample, ThreadStac
     return None
 
 
-def _gil_holder(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]
-                ) -> tuple[str, StackInfo] | None:
+def _gil_holder(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]],
+                proc: Rank | None = None) -> tuple[str, StackInfo] | None:
     """A thread other than main that holds the GIL while idle (blocked in a call that kept
     it: a C extension without Py_BEGIN_ALLOW_THREADS, ctypes.PyDLL) in every sample, at the
     same stack and (when its CPU time was read twice) not run since the first, while the main
-    thread holds it in none and did no work (idle in every sample, or its CPU time over the
-    samples under 2 % of a core: a thread waiting for the GIL wakes each switch interval to
-    ask for it, and py-spy may catch it running; gil_held_native): (its name, its stack). That
-    main thread stopped at its next switch of the GIL, wherever it was: its own line says
-    nothing of the cause."""
+    thread holds it in none and did no work (idle in every sample; or its CPU time over the
+    samples under 2 % of a core, 5 % when the kernel shows it asleep on a futex, the GIL's: a
+    thread waiting for the GIL wakes each switch interval to ask for it, 2-3 % of a core on a
+    loaded node, and py-spy may catch it running; gil_held_native): (its name, its stack).
+    That main thread stopped at its next switch of the GIL, wherever it was: its own line
+    says nothing of the cause."""
     last, main = mains[-1]
     if any(m.owns_gil for _, m in mains):
         return None
-    if any(m.active for _, m in mains) and not _waited_for_the_gil(mains):
+    asleep = proc is not None and _asleep_on_a_futex(proc)
+    if any(m.active for _, m in mains) and not _waited_for_the_gil(
+            mains, GIL_WAIT_CPU_ASLEEP if asleep else GIL_WAIT_CPU):
         return None
     holder = next((t for t in last.threads if t.owns_gil and not t.active and t.frames
                    and not _same_thread(t, main)), None)
@@ -962,16 +965,24 @@ def _gil_holder(table: StackTable, mains: Sequence[tuple[Sample, ThreadStack]]
 
 CPU_TICK_S = 0.01  # the resolution of the collector's CPU times (USER_HZ 100)
 GIL_WAIT_CPU = 0.02  # a main thread asking for the GIL uses less than this share of a core
+GIL_WAIT_CPU_ASLEEP = 0.05  # ... and less than this when the kernel shows it asleep on a futex
 
 
-def _waited_for_the_gil(mains: Sequence[tuple[Sample, ThreadStack]]) -> bool:
-    """The main thread's CPU time, read in two samples at least, grew by less than GIL_WAIT_CPU
-    of a core (one clock tick forgiven): it did no work between them."""
+def _asleep_on_a_futex(proc: Rank) -> bool:
+    """The kernel shows the process's main thread asleep (state S) on a futex (its wchan), as
+    a thread waiting for the GIL is between its wake-ups; a thread computing is running."""
+    return (proc.state or "")[:1] == "S" and "futex" in (proc.wchan or "")
+
+
+def _waited_for_the_gil(mains: Sequence[tuple[Sample, ThreadStack]],
+                        bar: float = GIL_WAIT_CPU) -> bool:
+    """The main thread's CPU time, read in two samples at least, grew by less than ``bar`` of
+    a core (one clock tick forgiven): it did no work between them."""
     measured = [(s.t, m.cpu_s) for s, m in mains if m.cpu_s is not None]
     if len(measured) < 2 or measured[-1][0] - measured[0][0] < 0.5:
         return False
     used = measured[-1][1] - measured[0][1] - CPU_TICK_S
-    return used / (measured[-1][0] - measured[0][0]) < GIL_WAIT_CPU
+    return used / (measured[-1][0] - measured[0][0]) < bar
 
 
 # Where a main thread waits for another thread's signal (a future, an event, a join, a queue):
@@ -1038,7 +1049,7 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
     side = (_side_threads(last_sample, main, proc.blocked_calls)
             if multi and last_sample is not None else ())
     waits = _side_collective(table, mains) if multi and mains else None
-    holder = _gil_holder(table, mains) if multi and mains else None
+    holder = _gil_holder(table, mains, proc) if multi and mains else None
     cpu, io = _usage(proc.samples, mains)
     return RankDigest(
         rank=rank,

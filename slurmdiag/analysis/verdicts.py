@@ -403,11 +403,12 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
             and _moves_storage(digest) and not _computes_in_python(digest):
         return replace(status, kind="storage")
     holder = digest.gil_holder
-    # A main thread never seen running, whose CPU time alone called it busy, is one asking for
-    # the GIL: it wakes every switch interval to ask (2-3 % of a core measured on a loaded
-    # node), and it cannot run Python while another thread holds the GIL (gil_held_native)
-    gil_waiter = status.status == "busy" and not digest.active and status.kind not in (
-        "transfer", "storage", "input")
+    # A main thread called busy while another thread holds the GIL idle in every sample is
+    # one asking for the GIL (_gil_holder: never seen running, or using under 2 % of a core,
+    # or asleep on a futex): it wakes every switch interval to ask (2-3 % of a core measured
+    # on a loaded node, and py-spy may catch it awake), and it cannot run Python meanwhile
+    # (gil_held_native)
+    gil_waiter = status.status == "busy" and status.kind not in ("transfer", "storage", "input")
     if (holder is not None and (status.status in ("waiting", "blocked") or gil_waiter)
             and status.kind not in _OWN_BLOCKS):
         name, info = holder

@@ -85,6 +85,20 @@ def test_a_main_thread_whose_cpu_is_its_asks_for_the_gil_is_stopped_on_the_holde
     assert "held by thread shipper" in " ".join((v.summary, *v.evidence))
 
 
+def test_a_main_thread_caught_awake_asking_for_the_gil_is_stopped_on_the_holder() -> None:
+    # GIVEN the shipper holding the GIL idle in every sample; rank 1's main thread caught awake
+    # in one sample, +2.0 % of a core between samples, asleep on a futex when /proc was read
+    snapshot = recorded("gil_held_native.default.gil_awake.json")
+    v = diagnose(snapshot).verdicts[0]
+    # THEN the rank is stopped at the holder's line (it was spinning at the main's chance line)
+    assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
+    assert v.sites[0].endswith("gil_held_native.py:45")
+    # AND without the kernel's word that it sleeps on a futex, 2 % of a core is work
+    awake = map_rank(snapshot, 1, lambda rank: replace(rank, state="R", wchan="0"))
+    v = diagnose(awake).verdicts[0]
+    assert not (v.kind == "straggler" and v.sites and v.sites[0].endswith("gil_held_native.py:45")), v
+
+
 def test_a_main_thread_that_works_without_the_gil_is_not_stopped_on_it() -> None:
     # GIVEN the same, its main thread active and using half a core between the samples
     def working(rank: Rank) -> Rank:
