@@ -24,7 +24,9 @@ from slurmdiag.transport.run import CommandResult, run_command
 
 STEP_NAME = "slurmdiag-collect"
 # The go goes out this long after the first collector was ready if some have not said so by
-# then (a node slow to start, or one that never will): a node ready later samples at once.
+# then (a collector slow to find its processes): one ready later samples at once. A node whose
+# step never starts holds the go back, as srun then passes its stdin on to no task (measured
+# with a node's slurmd stopped): the others begin at their own align_s.
 GO_AFTER_FIRST_S = 1.0
 
 
@@ -57,6 +59,7 @@ class StartGate:
             self.sent = (self.clock(), len(self.ready))
             return b"go\n"
         return None
+
 
 def srun_argv(
     job_id: str,
@@ -97,7 +100,7 @@ def srun_argv(
         # PMIx server in each node's stepd for it
         "--mpi=none",
         "--cpu-bind=none",
-        # the collectors' go (aligned_start) reaches every task through srun's stdin
+        # the collectors' go (StartGate) reaches every task through srun's stdin
         *(["--input=all"] if command is None and options.align_s > 0 else []),
         *(command or node_command(job_id, options, portable=portable, source_in_env=True,
                                   aligned=options.align_s > 0)),
