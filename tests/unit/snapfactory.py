@@ -9,6 +9,8 @@ makes a rank whose main thread showed stack ``s1`` in the first sample and ``s2`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
 
 from slurmdiag.snapshot import (
     Connection,
@@ -34,6 +36,20 @@ STDLIB = "/usr/lib/python3.11"
 TRAIN = "/home/alice/proj/train.py"
 
 Stack = tuple[Frame, ...]
+#: Snapshots of real scenario jobs that `make accuracy` recorded (tests/fixtures/LOCAL_SOURCES.md).
+ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
+
+
+def recorded(name: str) -> Snapshot:
+    """The recorded snapshot tests/fixtures/accuracy/<name>.json."""
+    return Snapshot.from_json((ACCURACY / f"{name}.json").read_text())
+
+
+def map_rank(snapshot: Snapshot, number: int, change: Callable[[Rank], Rank]) -> Snapshot:
+    """``snapshot`` with rank ``number`` replaced by ``change(rank)``."""
+    return replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(change(r) if r.rank == number else r for r in n.ranks))
+        for n in snapshot.nodes))
 
 
 def frame(spec: str) -> Frame:

@@ -7,26 +7,17 @@ the collector did not read the main thread's own counters."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
+
+from snapfactory import map_rank, recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.snapshot import Frame, Rank, Snapshot
+from slurmdiag.snapshot import Frame, Rank
 
-ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
-
-
-def recorded() -> Snapshot:
-    return Snapshot.from_json((ACCURACY / "lock_hang_busy_writer.default.main_io.json").read_text())
-
-
-def map_rank2(snapshot: Snapshot, change) -> Snapshot:  # type: ignore[no-untyped-def]
-    return replace(snapshot, nodes=tuple(
-        replace(n, ranks=tuple(change(r) if r.rank == 2 else r for r in n.ranks))
-        for n in snapshot.nodes))
+RECORDED = "lock_hang_busy_writer.default.main_io"
 
 
 def test_a_main_thread_stuck_on_its_lock_is_a_straggler_whatever_its_other_threads_write() -> None:
-    v = diagnose(recorded()).verdicts[0]
+    v = diagnose(recorded(RECORDED)).verdicts[0]
     # it was slow_step (info): the process's +4 MB/s taken for the main thread's work
     assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "critical", (2,)), v
     assert v.sites[0].endswith("lock_hang_busy_writer.py:58")
@@ -37,7 +28,7 @@ def test_without_the_main_threads_counters_the_processes_count() -> None:
     def unread(rank: Rank) -> Rank:
         return replace(rank, samples=tuple(replace(s, main_io=None) for s in rank.samples))
 
-    v = diagnose(map_rank2(recorded(), unread)).verdicts[0]
+    v = diagnose(map_rank(recorded(RECORDED), 2, unread)).verdicts[0]
     # THEN the process's I/O is all there is, and it says the rank moves data: not a hang
     assert v.kind == "slow_step" and v.severity == "info" and v.culprit_ranks == (2,), v
 
@@ -56,7 +47,7 @@ def test_a_main_thread_waiting_for_another_threads_signal_works_through_it() -> 
             for s in rank.samples)
         return replace(rank, samples=samples)
 
-    v = diagnose(map_rank2(recorded(), waits_on_future)).verdicts[0]
+    v = diagnose(map_rank(recorded(RECORDED), 2, waits_on_future)).verdicts[0]
     # THEN the process's I/O counts as the rank's work: not hung while data moves
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (2,)), v
     assert "4.1 MB/s (its I/O counters between samples)" in v.summary

@@ -6,17 +6,13 @@ reading and does not claim high confidence."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from snapfactory import recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.snapshot import Snapshot
-
-ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
 
 
 def verdict(name: str):  # type: ignore[no-untyped-def]
-    snapshot = Snapshot.from_json((ACCURACY / f"{name}.default.majority.json").read_text())
-    return diagnose(snapshot).verdicts[0]
+    return diagnose(recorded(f"{name}.default.majority")).verdicts[0]
 
 
 def test_a_larger_group_in_a_barrier_is_named_as_the_other_reading() -> None:

@@ -6,28 +6,17 @@ GIL that py-spy once caught asking for it (`gil_held_native`)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
+
+from snapfactory import map_rank, recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.snapshot import Rank, Snapshot
-
-ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
-
-
-def recorded(name: str) -> Snapshot:
-    return Snapshot.from_json((ACCURACY / name).read_text())
-
-
-def map_rank(snapshot: Snapshot, number: int, change) -> Snapshot:  # type: ignore[no-untyped-def]
-    return replace(snapshot, nodes=tuple(
-        replace(n, ranks=tuple(change(r) if r.rank == number else r for r in n.ranks))
-        for n in snapshot.nodes))
+from slurmdiag.snapshot import Rank
 
 
 def test_rank_zero_uploading_while_data_moves_is_a_slow_transfer_not_a_hang() -> None:
     # GIVEN rank 0 in one blocking send (idle, no CPU) of its checkpoint upload, its
     # connection carrying data in strace's window; ranks 1-3 in the barrier
-    v = diagnose(recorded("rank0_upload_barrier.default.blocked_calls.json")).verdicts[0]
+    v = diagnose(recorded("rank0_upload_barrier.default.blocked_calls")).verdicts[0]
     # THEN no alarm: a slow transfer, rank 0's call and connection named
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert v.summary.startswith("a slow transfer, not hung while data moves: rank 0 is in sendto")
@@ -38,7 +27,7 @@ def test_rank_zero_uploading_while_data_moves_is_a_slow_transfer_not_a_hang() ->
 def test_rank_zero_in_a_send_on_a_quiet_connection_is_the_straggler() -> None:
     # GIVEN the same program whose gateway stopped reading: rank 0 in sendto, nothing sent on
     # its connection for the whole window
-    v = diagnose(recorded("rank0_upload_stalled.default.blocked_calls.json")).verdicts[0]
+    v = diagnose(recorded("rank0_upload_stalled.default.blocked_calls")).verdicts[0]
     # THEN it is stuck there
     assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "critical", (0,)), v
     assert v.sites[0].endswith("rank0_upload_barrier.py:73")
@@ -51,7 +40,7 @@ def test_data_moving_on_another_connection_does_not_make_the_send_move() -> None
         return replace(rank, blocked_calls=tuple(
             replace(c, remote="127.0.0.1:1") for c in rank.blocked_calls))
 
-    snapshot = map_rank(recorded("rank0_upload_barrier.default.blocked_calls.json"), 0, elsewhere)
+    snapshot = map_rank(recorded("rank0_upload_barrier.default.blocked_calls"), 0, elsewhere)
     v = diagnose(snapshot).verdicts[0]
     assert (v.kind, v.culprit_ranks) == ("straggler", (0,)), v
 
@@ -66,7 +55,7 @@ def test_a_main_thread_caught_asking_for_the_gil_still_stopped_on_it() -> None:
                         for t in first.threads or ())
         return replace(rank, samples=(replace(first, threads=threads), *rank.samples[1:]))
 
-    snapshot = map_rank(recorded("gil_held_native.default.gil_holder.json"), 1, asking)
+    snapshot = map_rank(recorded("gil_held_native.default.gil_holder"), 1, asking)
     v = diagnose(snapshot).verdicts[0]
     # THEN the rank is still stopped at the GIL holder's line (it was mismatched_collective at
     # its main thread's chance line)
@@ -78,7 +67,7 @@ def test_a_main_thread_whose_cpu_is_its_asks_for_the_gil_is_stopped_on_the_holde
     # GIVEN rank 1's main thread never running in a sample, but its CPU time +2.5 % of a core
     # between them (it wakes each switch interval to ask for the GIL: a loaded node), while its
     # shipper thread holds the GIL idle in a native write in every sample
-    v = diagnose(recorded("gil_held_native.default.gil_waits.json")).verdicts[0]
+    v = diagnose(recorded("gil_held_native.default.gil_waits")).verdicts[0]
     # THEN the rank is stopped at the holder's line (it was spinning at the main thread's line)
     assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
     assert v.sites[0].endswith("gil_held_native.py:45")
@@ -88,7 +77,7 @@ def test_a_main_thread_whose_cpu_is_its_asks_for_the_gil_is_stopped_on_the_holde
 def test_a_main_thread_caught_awake_asking_for_the_gil_is_stopped_on_the_holder() -> None:
     # GIVEN the shipper holding the GIL idle in every sample; rank 1's main thread caught awake
     # in one sample, +2.0 % of a core between samples, asleep on a futex when /proc was read
-    snapshot = recorded("gil_held_native.default.gil_awake.json")
+    snapshot = recorded("gil_held_native.default.gil_awake")
     v = diagnose(snapshot).verdicts[0]
     # THEN the rank is stopped at the holder's line (it was spinning at the main's chance line)
     assert (v.kind, v.culprit_ranks) == ("straggler", (1,)), v
@@ -109,7 +98,7 @@ def test_a_main_thread_that_works_without_the_gil_is_not_stopped_on_it() -> None
             for i, s in enumerate(rank.samples))
         return replace(rank, samples=samples)
 
-    snapshot = map_rank(recorded("gil_held_native.default.gil_holder.json"), 1, working)
+    snapshot = map_rank(recorded("gil_held_native.default.gil_holder"), 1, working)
     v = diagnose(snapshot).verdicts[0]
     assert not (v.kind == "straggler" and v.sites and v.sites[0].endswith("gil_held_native.py:45")), v
 
@@ -117,7 +106,7 @@ def test_a_main_thread_that_works_without_the_gil_is_not_stopped_on_it() -> None
 def test_rank_zero_writing_its_checkpoint_while_the_others_wait_is_no_alarm() -> None:
     # GIVEN rank 0 writing checkpoint shards (torch.save, fsync each; state D, 29 % CPU, its I/O
     # counters +250 MB/s between samples), ranks 1-3 in the barrier: it was spinning, critical
-    v = diagnose(recorded("rank0_checkpoint_barrier.default.storage.json")).verdicts[0]
+    v = diagnose(recorded("rank0_checkpoint_barrier.default.storage")).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert "rank 0 is reading and writing " in v.summary and "MB/s (its I/O counters" in v.summary
 
@@ -125,7 +114,7 @@ def test_rank_zero_writing_its_checkpoint_while_the_others_wait_is_no_alarm() ->
 def test_one_sample_of_a_checkpoint_writer_counts_its_completed_syncs() -> None:
     # GIVEN the same with --samples 1: no I/O rate, but strace counted 30 fsyncs completed in
     # its window (it was a straggler, warning)
-    v = diagnose(recorded("rank0_checkpoint_barrier.samples1.storage.json")).verdicts[0]
+    v = diagnose(recorded("rank0_checkpoint_barrier.samples1.storage")).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert "completing 30 file syncs or positional reads and writes" in v.summary
 
@@ -138,7 +127,7 @@ def test_reads_and_writes_alone_in_strace_do_not_count_as_storage() -> None:
         calls = tuple(c for c in rank.strace.syscalls if c.syscall not in ("fsync",))
         return replace(rank, strace=replace(rank.strace, syscalls=calls))
 
-    snapshot = map_rank(recorded("rank0_checkpoint_barrier.samples1.storage.json"), 0, no_syncs)
+    snapshot = map_rank(recorded("rank0_checkpoint_barrier.samples1.storage"), 0, no_syncs)
     v = diagnose(snapshot).verdicts[0]
     # THEN one sample cannot tell it from a stuck write: a straggler, a warning
     assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "warning", (0,)), v
@@ -148,7 +137,7 @@ def test_rank_zero_waiting_for_a_child_that_computes_is_no_alarm() -> None:
     # GIVEN rank 0 in subprocess.run(capture_output=True) (communicate polls the child's pipes:
     # wchan poll, frames in subprocess.py) for an evaluation script at 95 % CPU, ranks 1-3 in
     # the barrier: it was a critical straggler, "blocked in I/O"
-    v = diagnose(recorded("rank0_archive_barrier.default.child_busy.json")).verdicts[0]
+    v = diagnose(recorded("rank0_archive_barrier.default.child_busy")).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert v.summary.startswith("a slow child process or a hang, cannot tell: rank 0 waits")
     assert any(e.startswith("rank 0: child process pid ") and "python -c " in e
@@ -162,7 +151,7 @@ def test_rank_zero_waiting_for_an_idle_child_is_the_straggler() -> None:
         return replace(rank, workers=tuple(replace(w, state="S", cpu_percent=0.0)
                                            for w in rank.workers))
 
-    snapshot = map_rank(recorded("rank0_archive_barrier.default.child_busy.json"), 0, idle_child)
+    snapshot = map_rank(recorded("rank0_archive_barrier.default.child_busy"), 0, idle_child)
     v = diagnose(snapshot).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", "critical", (0,)), v
     assert "waiting for a child process" in v.summary  # not "blocked in I/O": subprocess's frames
@@ -171,7 +160,7 @@ def test_rank_zero_waiting_for_an_idle_child_is_the_straggler() -> None:
 def test_rank_zero_preparing_data_in_python_while_the_others_wait_in_a_barrier_is_no_alarm() -> None:
     # GIVEN rank 0 counting tokens in pure Python (GIL held, line moving), ranks 1-3 in
     # dist.barrier(): Hugging Face's main_process_first shape; it was spinning, critical
-    v = diagnose(recorded("rank0_prepare_barrier.default.gated.json")).verdicts[0]
+    v = diagnose(recorded("rank0_prepare_barrier.default.gated")).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert v.summary.startswith("a rank-gated phase or a hang, cannot tell: rank 0 is busy")
     assert v.sites[0].endswith("rank0_prepare_barrier.py:build_vocabulary")
@@ -179,7 +168,7 @@ def test_rank_zero_preparing_data_in_python_while_the_others_wait_in_a_barrier_i
 
 def test_an_endless_preparation_is_the_gated_rules_known_miss_with_its_culprit_named() -> None:
     # GIVEN the same program whose preparation never ends (rank0_prepare_endless)
-    v = diagnose(recorded("rank0_prepare_endless.default.gated.json")).verdicts[0]
+    v = diagnose(recorded("rank0_prepare_endless.default.gated")).verdicts[0]
     # THEN a look of a few seconds cannot tell: no alarm, rank 0 and its function named
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert v.sites[0].endswith("rank0_prepare_barrier.py:build_vocabulary")
@@ -195,7 +184,7 @@ def test_a_rank_busy_in_python_while_the_others_wait_in_an_all_reduce_is_spinnin
             for t in s.threads or ())) for s in rank.samples)
         return replace(rank, samples=samples)
 
-    snapshot = recorded("rank0_prepare_barrier.default.gated.json")
+    snapshot = recorded("rank0_prepare_barrier.default.gated")
     for number in (1, 2, 3):
         snapshot = map_rank(snapshot, number, in_all_reduce)
     v = diagnose(snapshot).verdicts[0]
@@ -205,7 +194,7 @@ def test_a_rank_busy_in_python_while_the_others_wait_in_an_all_reduce_is_spinnin
 def test_rank_zero_downloading_while_data_arrives_is_a_slow_transfer_too() -> None:
     # GIVEN rank 0 in recvfrom of a shard download on a connection on which data arrived 88 ms
     # before strace ended; ranks 1-3 in the barrier
-    v = diagnose(recorded("rank0_download_barrier.default.blocked_calls.json")).verdicts[0]
+    v = diagnose(recorded("rank0_download_barrier.default.blocked_calls")).verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
     assert v.summary.startswith("a slow transfer, not hung while data moves: rank 0 is in recvfrom")
 
@@ -225,7 +214,7 @@ def test_ranks_in_a_barrier_on_a_subgroup_without_the_busy_rank_are_not_a_gated_
     import pytest
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(verdicts, "_gated_phase", spy)
-        v = diagnose(recorded("rank0_prepare_barrier.default.gated.json")).verdicts[0]
+        v = diagnose(recorded("rank0_prepare_barrier.default.gated")).verdicts[0]
     # THEN it is not said as a rank-gated phase: rank 0 spins while they wait
     assert statuses, "the rule was not consulted"
     assert (v.kind, v.culprit_ranks) == ("spinning", (0,)), v

@@ -5,17 +5,13 @@ straggler."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from snapfactory import recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.snapshot import Snapshot
-
-ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
 
 
 def verdict(name: str):  # type: ignore[no-untyped-def]
-    snapshot = Snapshot.from_json((ACCURACY / f"{name}.default.startup.json").read_text())
-    return diagnose(snapshot).verdicts[0]
+    return diagnose(recorded(f"{name}.default.startup")).verdicts[0]
 
 
 def test_a_rank_working_before_it_joins_is_a_slow_start_or_a_hang() -> None:
