@@ -25,8 +25,8 @@ from slurmdiag.transport.run import CommandResult, run_command
 STEP_NAME = "slurmdiag-collect"
 # The go goes out this long after the first collector was ready if some have not said so by
 # then (a collector slow to find its processes): one ready later samples at once. A node whose
-# step never starts holds the go back, as srun then passes its stdin on to no task (measured
-# with a node's slurmd stopped): the others begin at their own align_s.
+# step never starts holds the go back: srun reads its stdin only once every node's step has
+# connected its I/O (src/api/step_io.c, _file_readable), so the others begin at their align_s.
 GO_AFTER_FIRST_S = 1.0
 
 
