@@ -22,7 +22,7 @@ BUILD_SECONDS = 120.0
 STEPS = 1000
 
 
-def build_shard_index(rank: int, seconds: float) -> list[int]:
+def build_shard_index(rank: int, seconds: float) -> list[int]:  # CULPRIT
     """Hash every record of the shard to find record boundaries (a stand-in that takes
     ``seconds`` of one core)."""
     offsets, digest, record = [], hashlib.sha1(), 0
@@ -47,17 +47,18 @@ def fetch_shard_index(rank: int) -> bytes:
     return client.recv(65536)  # CULPRIT
 
 
-def main(stuck: bool = False) -> None:
+def main(stuck: bool = False, endless: bool = False) -> None:
     info = harness.setup()
     slow = info.rank == SLOW_RANK
     if slow:
         harness.report_ready(info, "fetching its shard index" if stuck else "building its shard index",
-                             role="culprit" if stuck else "healthy")
+                             role="culprit" if stuck or endless else "healthy")
     else:
-        harness.report_ready(info, "init_process_group", role="waiting" if stuck else "healthy")
+        harness.report_ready(info, "init_process_group",
+                             role="waiting" if stuck or endless else "healthy")
     if slow and stuck:
         fetch_shard_index(info.rank)
-    build_shard_index(info.rank, BUILD_SECONDS if slow else 0.1)
+    build_shard_index(info.rank, (float("inf") if endless else BUILD_SECONDS) if slow else 0.1)
     harness.init_distributed(info)  # WAITING
     harness.train_plainly(info, range(STEPS))
 
