@@ -795,6 +795,8 @@ class RankDigest:
     cpu_fraction: float | None = None  # main thread's CPU over the samples (cores), measured
     # bytes/s read+written (rchar+wchar) over the samples: the main thread's (see _usage)
     io_rate: float | None = None
+    # the same of the whole process, every thread's I/O (see _usage)
+    process_io_rate: float | None = None
     # other threads with the job's own code, not idle: (description, site), see _side_threads
     side_threads: tuple[tuple[str, str], ...] = ()
     # another thread stuck in a collective: (its name, its stack)
@@ -1004,7 +1006,7 @@ def _usage(samples: Sequence[Sample], mains: Sequence[tuple[Sample, ThreadStack]
     it waits for another thread's signal (a future, a join, a queue: the other thread's work is
     the rank's progress then) or the collector did not read it: then the process's. A main
     thread stuck in a lock or a socket while another thread writes a trace file at megabytes a
-    second does not work (lock_hang_busy_writer)."""
+    second does not work (lock_hang_busy_writer). Third: the whole process's I/O, always."""
     measured = [(s.t, m.cpu_s) for s, m in mains if m.cpu_s is not None]
     cpu = None
     if len(measured) >= 2 and measured[-1][0] - measured[0][0] > 0.05:
@@ -1012,14 +1014,19 @@ def _usage(samples: Sequence[Sample], mains: Sequence[tuple[Sample, ThreadStack]
         # wait loop's wake-up as much as work, so the fraction is counted one tick short
         used = measured[-1][1] - measured[0][1] - CPU_TICK_S
         cpu = max(0.0, used / (measured[-1][0] - measured[0][0]))
+    process = _io_rate([(s.t, s.io) for s in samples if s.io is not None])
     counted = [(s.t, s.main_io) for s in samples if s.main_io is not None]
     if len(counted) < len(samples) or (mains and waits_for_a_signal(mains[-1][1].frames)):
-        counted = [(s.t, s.io) for s in samples if s.io is not None]
-    io = None
-    if len(counted) >= 2 and counted[-1][0] - counted[0][0] > 0.05:
-        (t0, a), (t1, b) = counted[0], counted[-1]
-        io = max(0.0, ((b[0] - a[0]) + (b[1] - a[1])) / (t1 - t0))  # type: ignore[index]
-    return cpu, io
+        return cpu, process, process
+    return cpu, _io_rate(counted), process
+
+
+def _io_rate(counted: Sequence[tuple[float, tuple[int, ...]]]) -> float | None:
+    """Bytes/s read and written (rchar + wchar) between the first and last counters."""
+    if len(counted) < 2 or counted[-1][0] - counted[0][0] <= 0.05:
+        return None
+    (t0, a), (t1, b) = counted[0], counted[-1]
+    return max(0.0, ((b[0] - a[0]) + (b[1] - a[1])) / (t1 - t0))
 
 
 def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
@@ -1050,7 +1057,7 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
             if multi and last_sample is not None else ())
     waits = _side_collective(table, mains) if multi and mains else None
     holder = _gil_holder(table, mains, proc) if multi and mains else None
-    cpu, io = _usage(proc.samples, mains)
+    cpu, io, process_io = _usage(proc.samples, mains)
     return RankDigest(
         rank=rank,
         node=node.name,
@@ -1062,6 +1069,7 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
         main_rule=max(rules, key=MAIN_RULES.index) if rules else "os_thread_id",
         cpu_fraction=cpu,
         io_rate=io,
+        process_io_rate=process_io,
         side_threads=side,
         side_collective=waits,
         gil_holder=holder,

@@ -460,10 +460,12 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
             return _Status(digest, "blocked", "poll" if why == "sleep" else why, site, None,
                            None, info)
         return _Status(digest, "busy", info.kind, site, None, None, info)
+    if digest.stationary and state == "T" and not _measured_work(digest):
+        # stopped (a signal, or a debugger's tracing stop) wherever it is, a collective too:
+        # its peers in that collective wait for it, and it cannot take part (stopped_in_collective)
+        return _Status(digest, "blocked", "stopped", info.site, None, None, info)
     if info.kind == "collective":
         return _Status(digest, "waiting", "collective", info.site, info.op, info.position, info)
-    if digest.stationary and state == "T":
-        return _Status(digest, "blocked", "stopped", info.site, None, None, info)
     if info.kind in BLOCKING_KINDS:
         if _measured_work(digest):
             # its CPU or I/O advance: working (reading, writing, computing), not blocked
@@ -1390,6 +1392,34 @@ def _moves_storage(digest: RankDigest) -> bool:
     return _file_calls(digest) >= STORAGE_CALLS
 
 
+def _through_a_thread(statuses: list[_Status]) -> list[_Status]:
+    """A main thread idle on a lock while another of its threads works in the job's code and
+    the process moves file data that the ranks waiting in a collective do not: the lock's
+    holder is that thread, and the rank works through it (a checkpoint written on a thread
+    holding the lock the weight update takes: rank0_async_save_lock). I/O that the ranks idle in
+    a collective show as much of is the job's background, not the rank's progress: every
+    rank's trace writer in lock_hang_busy_writer, whose stuck rank stays blocked. By the
+    process's I/O counters between samples, else (one sample) by strace's completed file calls.
+    """
+    idle = [s for s in statuses if s.status == "waiting"]
+    background_rate = max((s.digest.process_io_rate or 0.0 for s in idle), default=0.0)
+    background_calls = max((_file_calls(s.digest) for s in idle), default=0)
+    out = []
+    for s in statuses:
+        digest = s.digest
+        if s.status == "blocked" and s.kind == "lock" and not s.ended and digest.busy_threads:
+            if digest.process_io_rate is not None:
+                moves = digest.process_io_rate >= max(WORKING_IO_RATE, 2 * background_rate)
+            else:
+                moves = _file_calls(digest) >= max(STORAGE_CALLS, 2 * background_calls)
+            if moves:
+                s = replace(s, status="busy", kind="storage",
+                            via=f"its main thread waits on a lock while thread "
+                            f"{digest.busy_threads[0]} works")
+        out.append(s)
+    return out
+
+
 def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
     """Ranks that move data while the others wait for them, not hung while it moves (info): a
     main thread in a send or receive on a connection that carries data (kind "transfer"; a
@@ -1405,13 +1435,39 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
             ago = min(connection.last_sent_ms, connection.last_received_ms)
             places.append(f"in {call.call} on {call.local} -> {call.remote} at {s.site}, "
                           f"data {ago} ms before strace ended")
+        elif s.via is not None and s.digest.process_io_rate is not None:
+            places.append(f"at {s.site}: {s.via}, reading and writing "
+                          f"{s.digest.process_io_rate / 1e6:.1f} MB/s (the process's I/O "
+                          "counters between samples)")
+        elif s.via is not None:
+            places.append(f"at {s.site}: {s.via}, completing {_file_calls(s.digest)} file "
+                          "syncs or positional reads and writes in strace's window")
         elif s.digest.io_rate is not None:
             places.append(f"reading and writing {s.digest.io_rate / 1e6:.1f} MB/s (its I/O "
                           f"counters between samples) at {s.site}")
         else:
             places.append(f"completing {_file_calls(s.digest)} file syncs or positional reads "
                           f"and writes in strace's window at {s.site}")
-    summary = (f"a slow transfer, not hung while data moves: {_ranks_label(ranks)} "
+    next_step = (
+        "attach again later: while data moves the rank is only slow (a large upload, "
+        "download or checkpoint, a throttled service or disk); if it stops moving with the "
+        "rank still in the same call, its peer or its storage stopped: give the call a "
+        "timeout, and check the mount (dmesg, df) or the service"
+    )
+    if all(s.via is not None for s in movers):
+        # a lock's holder is not on any stack: the working thread (a checkpoint saved under
+        # it: rank0_async_save_lock) or the main thread itself further up (lock_hang_own_writer)
+        opening = "a slow phase or a hang, cannot tell"
+        next_step = (
+            "attach again later: a lock held by the thread that works is released when its "
+            "work ends; one the main thread already holds further up its own stack (a "
+            "non-reentrant lock taken twice) never is: if the main thread still waits at the "
+            "same line, look for that (py-spy dump --locals --pid PID) and use an RLock or "
+            "release the lock before the call"
+        )
+    else:
+        opening = "a slow transfer, not hung while data moves"
+    summary = (f"{opening}: {_ranks_label(ranks)} "
                f"{_verb(ranks, 'is', 'are')} {'; '.join(places)}, while "
                f"{_waiting_phrase(waiting)}")
     return Verdict(
@@ -1424,12 +1480,7 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
         evidence=(*[_proc_evidence(s) for s in movers[:8]],
                   *[line for s in movers[:4] for line in _call_evidence(s)],
                   *_group_evidence(waiting, limit=4)),
-        next_step=(
-            "attach again later: while data moves the rank is only slow (a large upload, "
-            "download or checkpoint, a throttled service or disk); if it stops moving with the "
-            "rank still in the same call, its peer or its storage stopped: give the call a "
-            "timeout, and check the mount (dmesg, df) or the service"
-        ),
+        next_step=next_step,
     )
 
 
@@ -2447,7 +2498,7 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
     merge = merge_stacks(snapshot)
     layout = _expected_ranks(snapshot, merge)
-    statuses = [_status(merge, d) for d in merge.digests]
+    statuses = _through_a_thread([_status(merge, d) for d in merge.digests])
     hang, hung = _hang_verdicts(snapshot, merge, statuses, layout)
     # A rank that reached its place during the look made the look "progress", or made its own
     # site a function's (it moved): judged again on the samples after the arrival.
@@ -2461,7 +2512,7 @@ def diagnose(snapshot: Snapshot) -> Analysis:
         tail_merge = merge_stacks(tail)
         if all(_measured_work(d) is False for d in tail_merge.digests):
             tail_layout = _expected_ranks(tail, tail_merge)
-            tail_statuses = [_status(tail_merge, d) for d in tail_merge.digests]
+            tail_statuses = _through_a_thread([_status(tail_merge, d) for d in tail_merge.digests])
             tail_hang, tail_hung = _hang_verdicts(tail, tail_merge, tail_statuses, tail_layout)
             if tail_hung:
                 merge, layout, statuses = tail_merge, tail_layout, tail_statuses

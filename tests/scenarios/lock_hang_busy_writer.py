@@ -12,9 +12,11 @@ I/O as the main thread's work call rank 2 busy.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
+import zlib
 
 import _harness as harness
 import _training as training
@@ -27,16 +29,21 @@ CHUNK = 64 << 10
 RING = 32 << 20
 
 
-def write_trace(path: str) -> None:
-    """The trace writer thread: profiler events appended to a ring file, forever."""
+def write_trace(path: str, packed: bool = False) -> None:
+    """The trace writer thread: profiler events appended to a ring file, forever; ``packed``:
+    each chunk also compressed for the upload queue, and written without a pause (a busy
+    thread writing ~50 MB/s)."""
     event = (b'{"ph": "X", "name": "aten::mm", "dur": 12}\n' * (CHUNK // 44 + 1))[:CHUNK]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     offset = 0
+    upload: collections.deque[bytes] = collections.deque(maxlen=64)
     while True:
-        for _ in range(16):
+        for number in range(16):
+            if packed:
+                upload.append(zlib.compress(event + str(number).encode(), 6))
             os.pwrite(fd, event, offset)
             offset = (offset + CHUNK) % RING
-        time.sleep(0.25)
+        time.sleep(0.002 if packed else 0.25)
 
 
 class Metrics:
@@ -61,11 +68,15 @@ class Metrics:
             self.buffer.clear()
 
 
-def main() -> None:
+def main(writers: frozenset[int] | None = None, packed: bool = False) -> None:
+    """``writers``: the ranks that run a trace writer (None: every rank); ``packed``: see
+    write_trace."""
     info = harness.setup()
     harness.init_distributed(info)
     trace = os.path.join(os.environ.get("SLURMDIAG_SCENARIO_DIR", "."), f"trace{info.rank}.json")
-    threading.Thread(target=write_trace, args=(trace,), name="trace-writer", daemon=True).start()
+    if writers is None or info.rank in writers:
+        threading.Thread(target=write_trace, args=(trace, packed), name="trace-writer",
+                         daemon=True).start()
     # rank 2's buffer fills at step 3; the others' never does
     metrics = Metrics(info, capacity=2 * STUCK_STEP + 2 if info.rank == STUCK_RANK else 10**9)
     model = training.build_model()
