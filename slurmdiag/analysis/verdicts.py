@@ -1743,6 +1743,13 @@ def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdi
             f"every known rank ({format_int_ranges(ranks)}) is stuck at the same place, "
             f"{_where(head)}{kind_note}"
         )
+    next_step = NEXT_STEPS["all_waiting"]
+    if all(s.kind == "stopped" for s in waiting):
+        # nothing below Python: the whole job was stopped (scancel --signal=STOP, a freezer)
+        next_step = (
+            "every rank is stopped (a SIGSTOP sent to the whole job: scancel --signal=STOP, "
+            "^Z, a cgroup freezer): nothing runs; resume it with scancel --signal=CONT JOBID"
+        )
     return Verdict(
         kind=VerdictKind.ALL_WAITING,
         severity=severity,
@@ -1750,7 +1757,7 @@ def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdi
         culprit_ranks=(),
         sites=_unique([head.site]),
         evidence=tuple(_group_evidence(waiting)),
-        next_step=NEXT_STEPS["all_waiting"],
+        next_step=next_step,
     )
 
 

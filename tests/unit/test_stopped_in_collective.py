@@ -28,3 +28,16 @@ def test_the_same_stacks_with_every_rank_running_stay_all_waiting() -> None:
     v = diagnose(thawed).verdicts[0]
     # THEN nothing sets a rank apart: the cause is below Python
     assert (v.kind, v.culprit_ranks) == ("all_waiting", ()), v
+
+
+def test_a_job_stopped_as_a_whole_is_told_to_resume_not_to_check_its_network() -> None:
+    # GIVEN every rank stopped in the collective (scancel --signal=STOP JOB)
+    stopped = recorded("stopped_in_collective.default.frozen")
+    for number in (0, 1, 3):
+        stopped = map_rank(stopped, number,
+                           lambda r: replace(r, state="T", wchan="do_signal_stop"))
+    v = diagnose(stopped).verdicts[0]
+    # THEN no rank is singled out, and the next step resumes the job
+    assert (v.kind, v.culprit_ranks) == ("all_waiting", ()), v
+    assert "stopped (state T)" in v.summary
+    assert "scancel --signal=CONT" in v.next_step and "NIC" not in v.next_step
