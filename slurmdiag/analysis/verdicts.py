@@ -320,6 +320,7 @@ class _Status:
     members: tuple[int, ...] = ()  # that group's ranks
     via: str | None = None  # waiting through another thread: "thread T; its main thread ..."
     ended: bool = False  # its main thread is past its program's end (program_ended)
+    on_a_thread: bool = False  # waiting in a collective through another thread than main
 
     @property
     def rank(self) -> int:
@@ -420,7 +421,7 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
         return status
     name, info = side
     return _Status(digest, "waiting", "collective", info.site, info.op, info.position, info,
-                   via=f"thread {name}; its main thread {_where(status)}")
+                   via=f"thread {name}; its main thread {_where(status)}", on_a_thread=True)
 
 
 def _ended(status: _Status) -> _Status:
@@ -656,6 +657,8 @@ def _where(s: _Status) -> str:
         phrase = _BLOCK_PHRASES.get(s.kind, s.kind)
         if s.kind == "stopped" and _traced(s):
             phrase = _traced_phrase(s)
+        if _joins_a_thread(s) and s.via:
+            return f"in its thread {s.via}"
         if _waits_for_thread(s):
             phrase = "waiting for another thread"  # named by _waits_on_thread
         elif _in_event_loop(s) and s.site:
@@ -789,6 +792,16 @@ def _children_of(s: _Status) -> list[str]:
     ][:3]
 
 
+def _joins_a_thread(s: _Status) -> bool:
+    """The main thread's innermost Python frame is ``Thread.join`` (or the lock wait inside
+    it), and another thread of the rank sits in the job's own code."""
+    if s.kind != "lock" or not s.digest.side_threads or s.info is None:
+        return False
+    top = next((f for f in s.info.frames if not f.native), None)
+    return top is not None and top.file.endswith("threading.py") and top.function in (
+        "Thread.join", "Thread._wait_for_tstate_lock", "join", "_wait_for_tstate_lock")
+
+
 def _waits_for_thread(s: _Status) -> bool:
     """The main thread is parked in a thread-to-thread wait while another thread of the rank
     sits in the job's own code."""
@@ -802,8 +815,9 @@ def _waits_on_thread(s: _Status) -> str:
     parked on a queue/lock/future while another thread sits in the job's own code."""
     if s.kind == "child" and _children_of(s):
         return f" ({_children_of(s)[0]})"
-    if s.kind not in ("data_loading", "lock") or not s.digest.side_threads or s.ended:
-        return ""
+    if s.kind not in ("data_loading", "lock") or not s.digest.side_threads or s.ended \
+            or (_joins_a_thread(s) and s.via):
+        return ""  # (a join moved to the thread it joins says so in its via)
     threads = "; ".join(text for text, _ in s.digest.side_threads[:2])
     return f" (its main thread waits on thread {threads})"
 
@@ -1390,6 +1404,30 @@ def _moves_storage(digest: RankDigest) -> bool:
     if digest.io_rate is not None:
         return digest.io_rate >= WORKING_IO_RATE
     return _file_calls(digest) >= STORAGE_CALLS
+
+
+def _program_on_a_thread(statuses: list[_Status]) -> list[_Status]:
+    """Where the job runs its training on another thread than main (a trainer thread, the main
+    one kept free for signals: its peers wait in their collectives through that thread), a
+    main thread that joins a thread is where the thread it joins is: that thread's site, the
+    first of the rank's threads in the job's own code (trainer_thread_queue). Where the peers
+    wait on their main threads, a join is the program's own step and keeps its line (closing
+    a writer thread that was never told to stop: writer_close_no_sentinel)."""
+    names = {s.digest.side_collective[0] for s in statuses
+             if s.on_a_thread and s.digest.side_collective is not None}
+    if not names:
+        return statuses
+    out = []
+    for s in statuses:
+        if s.status == "blocked" and not s.ended and _joins_a_thread(s):
+            # the thread of the role its peers wait through (the same program names its
+            # threads alike on every rank), else its first thread in the job's code
+            side = s.digest.side_threads
+            text, site = next((t for t in side if any(t[0].startswith(f"{n} ") for n in names)),
+                              side[0])
+            s = replace(s, site=site, via=f"{text}; its main thread joins it at {s.site}")
+        out.append(s)
+    return out
 
 
 def _through_a_thread(statuses: list[_Status]) -> list[_Status]:
@@ -2505,7 +2543,7 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
     merge = merge_stacks(snapshot)
     layout = _expected_ranks(snapshot, merge)
-    statuses = _through_a_thread([_status(merge, d) for d in merge.digests])
+    statuses = _program_on_a_thread(_through_a_thread([_status(merge, d) for d in merge.digests]))
     hang, hung = _hang_verdicts(snapshot, merge, statuses, layout)
     # A rank that reached its place during the look made the look "progress", or made its own
     # site a function's (it moved): judged again on the samples after the arrival.
@@ -2519,7 +2557,8 @@ def diagnose(snapshot: Snapshot) -> Analysis:
         tail_merge = merge_stacks(tail)
         if all(_measured_work(d) is False for d in tail_merge.digests):
             tail_layout = _expected_ranks(tail, tail_merge)
-            tail_statuses = _through_a_thread([_status(tail_merge, d) for d in tail_merge.digests])
+            tail_statuses = _program_on_a_thread(
+                _through_a_thread([_status(tail_merge, d) for d in tail_merge.digests]))
             tail_hang, tail_hung = _hang_verdicts(tail, tail_merge, tail_statuses, tail_layout)
             if tail_hung:
                 merge, layout, statuses = tail_merge, tail_layout, tail_statuses
