@@ -76,9 +76,9 @@ def start_strace(ranks, strace, strace_s, clock, errors):
         window, message = 0.0, "strace not found"
     elif left < min(0.5, strace_s):
         window, message = 0.0, "skipped: deadline too close"
-    elif left < strace_s:
+    elif round(left, 2) < strace_s:  # (a window cut by less than 5 ms is not shortened)
         window = round(left, 2)
-        message = f"window shortened from {strace_s:.1f} s to {window:.2f} s: deadline"
+        message = f"window shortened from {strace_s:.2f} s to {window:.2f} s: deadline"
     if message:
         errors.append("strace " + message)
     if window <= 0:
