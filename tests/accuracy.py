@@ -11,7 +11,8 @@ warning) is compared with the truth: kind, culprit ranks (as a set), and site (t
 culprit's `path:line`, or `path:function` for a rank whose line moves). A scenario without
 a hang (`progressing`) is right when no hang verdict comes out; any hang verdict there is a
 false alarm. Jobs run in batches of at most --max-ranks ranks (a gloo rank takes ~210 MB).
-The snapshots are kept in --keep (artifacts/accuracy by default) for a second look.
+The snapshots are kept in --keep (artifacts/accuracy by default) for a second look, with the
+CLI's stderr (srun's and attach's warnings) as NAME.MODE.stderr.
 
 The comparison functions are pure and unit-tested on saved snapshots
 (tests/unit/test_accuracy_comparison.py); tests/cluster/test_accuracy.py runs a few scenarios through
@@ -312,6 +313,8 @@ def attach_cli(job_id: str, extra: Sequence[str], out_dir: Path, *, python: str 
             "--no-report", "--out", str(out_dir), *extra]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
                           env={**os.environ, "NO_COLOR": "1"}, check=False)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "attach.stderr").write_text(done.stderr)  # srun's and attach's warnings
     if done.returncode != 0:
         raise ScenarioError(f"{' '.join(argv[2:])}: exit {done.returncode}: "
                             f"{done.stderr.strip()[-300:]}")
@@ -322,11 +325,16 @@ def judge(run: ScenarioRun, keep: Path | None) -> list[Comparison]:
     """Attach to one ready scenario job in every mode and compare."""
     results = []
     for mode, extra in MODES.items():
+        out_dir = run.state_dir / f"attach-{mode}"
         try:
-            snapshot = attach_cli(run.job_id, extra, run.state_dir / f"attach-{mode}")
+            snapshot = attach_cli(run.job_id, extra, out_dir)
         except (ScenarioError, subprocess.TimeoutExpired, ValueError) as error:
             results.append(failed(run.truth, mode, str(error)))
             continue
+        finally:
+            if keep is not None and (out_dir / "attach.stderr").exists():
+                (keep / f"{run.name}.{mode}.stderr").write_text(
+                    (out_dir / "attach.stderr").read_text())
         if keep is not None:
             (keep / f"{run.name}.{mode}.json").write_text(json.dumps(snapshot, indent=1))
         results.append(compare(run.truth, snapshot, mode))
