@@ -91,6 +91,18 @@ COLLECTOR_LOADER = loader_text(_collector_file("loader.py"))
 PAYLOAD_ENV = "SLURMDIAG_COLLECTOR_SOURCE"
 
 
+# A line that holds only a comment (none of the node programs has such a line inside a
+# multi-line string: tests/unit/test_node_command.py compares the syntax trees).
+_COMMENT_LINE = re.compile(r"^[ \t]*#[^\n]*$", re.MULTILINE)
+
+
+def without_comments(source: str) -> str:
+    """``source`` with its comment-only lines left empty: the same code on the same line
+    numbers (a node's traceback points at the file's own lines), in a payload ~7 % smaller,
+    for ~1 ms (tokenize would cut the comments after code too, for 60 ms before srun starts)."""
+    return _COMMENT_LINE.sub("", source)
+
+
 @functools.lru_cache(maxsize=4)
 def program_payload(program: str | Bundle) -> tuple[str, str]:
     """(hash of a node program's sources, the bundle compressed, as base64 text).
@@ -99,6 +111,7 @@ def program_payload(program: str | Bundle) -> tuple[str, str]:
     ``__main__``, outside any package).
     """
     package, modules = ("", (("__main__", program),)) if isinstance(program, str) else program
+    modules = tuple((name, without_comments(text)) for name, text in modules)
     own = _collector_file("bundle.py")  # compiles, keeps and installs the modules on the node
     digest = hashlib.sha256(
         "\0".join([package, *(part for module in modules for part in module), own]).encode()
