@@ -39,6 +39,62 @@ SKIP_COMMS = frozenset(
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 WORLD_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+# The flags a home-grown launcher hands each rank its identity with (python train.py --rank 3
+# --world-size 8): read from the command line of processes started as a group by one parent,
+# after the launchers' own variables and before Slurm's (which a child inherits from the srun
+# task that runs the launcher: the node's task number, the same for every rank of the node).
+ARGV_IDENTITY = (
+    ("rank", ("--rank", "--global-rank", "--global_rank")),
+    ("local_rank", ("--local-rank", "--local_rank")),
+    ("world_size", ("--world-size", "--world_size")),
+)
+
+
+def argv_identity(cmdline):
+    """{"rank", "local_rank", "world_size"} given as flags on ``cmdline`` (only those there)."""
+    out = {}
+    args = list(cmdline[1:])
+    for index, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        if not equals:
+            value = args[index + 1] if index + 1 < len(args) else None
+        for key, flags in ARGV_IDENTITY:
+            number = _as_int(value) if flag in flags and key not in out else None
+            if number is not None and number >= 0:
+                out[key] = number
+    return out
+
+
+def _mark_argv_ranks(procs):
+    """``argv`` of each Python process that is one of two or more children of one parent whose
+    command lines give distinct ranks (a launcher's ranks): their identity from the flags. A
+    single child given a rank (an evaluation script run by rank 0 with --rank 0) is not."""
+    groups = {}  # type: dict
+    for info in procs.values():
+        info["argv"] = None
+        found = argv_identity(info["cmdline"])
+        if "rank" in found and _is_python(info):
+            groups.setdefault(info["stat"]["ppid"], []).append((info, found))
+    for members in groups.values():
+        if len(members) >= 2 and len({found["rank"] for _, found in members}) == len(members):
+            for info, found in members:
+                info["argv"] = found
+
+
+def identity(info):
+    """(rank, local rank, world size) of a process as text, None where unknown: the launchers'
+    variables, then the flags of a launcher's ranks (``argv``), then Slurm's."""
+    env, argv = info["env"], info.get("argv") or {}
+    out = []
+    for names, key in ((RANK_VARS, "rank"), (LOCAL_RANK_VARS, "local_rank"),
+                       (WORLD_SIZE_VARS, "world_size")):
+        value = _first(env, names[:-1])
+        if value is None and key in argv:
+            value = str(argv[key])
+        if value is None:
+            value = _first(env, names[-1:])
+        out.append(value)
+    return tuple(out)
 
 
 def parse_listpids(text):
@@ -395,6 +451,7 @@ def classify(procs):
     tree is classified again with that knowledge.
     """
     launchers = set()  # type: set
+    _mark_argv_ranks(procs)
     for _ in range(4):
         _classify_once(procs, launchers)
         found = set()
@@ -426,7 +483,7 @@ def _classify_once(procs, launchers):
     for pid in sorted(procs, key=lambda p: (depth[p], p)):
         info = procs[pid]
         info["rank_pid"] = None
-        info["global_rank"] = _first(info["env"], RANK_VARS)
+        info["global_rank"] = identity(info)[0]
         if info["stat"]["comm"] in SKIP_COMMS:
             continue
         kind = _agent_kind(info["cmdline"])
@@ -450,12 +507,30 @@ def _classify_once(procs, launchers):
                 or _looks_multiprocessing(info)
                 or info["cmdline"] == rank["cmdline"]
                 or not _is_python(info)
-            ):
+            ) and not _wrapped_by(rank, info, procs):
                 info["rank_pid"] = rank["pid"]
                 info["role"] = "dataloader_worker" if _looks_multiprocessing(info) else "child"
                 continue
         if _is_python(info):
             info["role"] = "rank"
+
+
+def _wrapped_by(parent, info, procs):
+    """Is ``info`` the rank that a Python wrapper (``conda run``, a project's launch.py: one
+    thread, the command run as its child) started, rather than a tool its rank runs? Its only
+    Python child that is not a multiprocessing one, with another command line and more threads
+    than the wrapper's one or two (a torch rank runs its thread pools and gloo's). A rank that
+    runs a script as its child (an evaluation) has threads of its own, the script few."""
+    if info["stat"]["ppid"] != parent["pid"] or _looks_multiprocessing(info):
+        return False
+    if not _is_python(info) or info["cmdline"] == parent["cmdline"]:
+        return False
+    threads = parent["stat"]["num_threads"]
+    if threads > 2 or info["stat"]["num_threads"] <= threads:
+        return False
+    children = [p for p in procs.values() if p["stat"]["ppid"] == parent["pid"]
+                and _is_python(p) and not _looks_multiprocessing(p)]
+    return len(children) == 1
 
 
 def _launcher(info, procs):

@@ -15,10 +15,7 @@ import sys
 import time
 
 from .discovery import (
-    LOCAL_RANK_VARS,
-    WORLD_SIZE_VARS,
     _as_int,
-    _first,
     _is_python,
     _launcher,
     classify,
@@ -26,6 +23,7 @@ from .discovery import (
     sibling_stepd_descendants,
     stepd_descendants,
 )
+from .discovery import identity as rank_identity
 from .filelocks import file_locks
 from .flight import fr_collect, fr_request
 from .framing import COLLECTOR_VERSION, FORMAT, Emitter, _write_line, loads
@@ -212,14 +210,15 @@ def describe_processes(run):
         source = procs[info["rank_pid"]] if info["rank_pid"] else info
         role = info["role"]
         identity = role != "agent"  # an agent's SLURM_PROCID numbers nodes, not ranks
+        known = rank_identity(source)
         entry = {
             "pid": info["pid"],
             "ppid": info["stat"]["ppid"],
             "role": role,
             "rank_pid": info["rank_pid"],
             "rank": _as_int(source["global_rank"]) if identity else None,
-            "local_rank": _as_int(_first(source["env"], LOCAL_RANK_VARS)) if identity else None,
-            "world_size": _as_int(_first(source["env"], WORLD_SIZE_VARS)) if identity else None,
+            "local_rank": _as_int(known[1]) if identity else None,
+            "world_size": _as_int(known[2]) if identity else None,
             "launcher": info.get("agent_kind") if role == "agent" else _launcher(source, procs),
             "step_id": info["step_id"],
             "cmdline": info["cmdline"],

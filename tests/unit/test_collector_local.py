@@ -762,6 +762,84 @@ def test_classify_submitit_parent_that_started_ranks_is_an_agent() -> None:
     assert discovery._launcher(procs[22], procs) == "submitit"
 
 
+def test_ranks_a_launcher_gives_their_rank_on_the_command_line() -> None:
+    # GIVEN srun task 1 (node 1) running a home-grown launcher that starts two ranks with
+    # subprocess, each told its rank by flags, inheriting the task's SLURM_PROCID and LOCALID
+    slurm = {"SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}
+    procs = {
+        50: _info(50, 1, ["/usr/bin/python3", "-u", "launch.py"], slurm),
+        51: _info(51, 50, ["/usr/bin/python3", "-u", "train.py", "--rank", "2", "--local-rank",
+                           "0", "--world-size", "4"], slurm),
+        52: _info(52, 50, ["/usr/bin/python3", "-u", "train.py", "--rank=3", "--local_rank=1",
+                           "--world_size=4"], slurm),
+        53: _info(53, 52, ["/usr/bin/python3", "-c",
+                           "from multiprocessing.spawn import spawn_main; spawn_main()",
+                           "--multiprocessing-fork"], slurm),
+    }
+    discovery.classify(procs)
+    # THEN they are ranks 2 and 3 (local 0, 1, of 4), the launcher their agent
+    roles = {pid: (info["role"], info["rank_pid"]) for pid, info in procs.items()}
+    assert roles == {50: ("agent", None), 51: ("rank", None), 52: ("rank", None),
+                     53: ("dataloader_worker", 52)}
+    assert [discovery.identity(procs[p]) for p in (51, 52)] == [("2", "0", "4"), ("3", "1", "4")]
+
+
+def test_one_child_given_a_rank_on_its_command_line_stays_its_parents_child() -> None:
+    # GIVEN rank 0 running an evaluation script with --rank 0, and rank 1 a helper with --rank 5
+    slurm = {"SLURM_JOB_ID": "7"}
+    procs = {
+        60: _info(60, 1, ["/usr/bin/python3", "train.py"], {**slurm, "SLURM_PROCID": "0"}),
+        61: _info(61, 60, ["/usr/bin/python3", "eval.py", "--rank", "0"],
+                  {**slurm, "SLURM_PROCID": "0"}),
+        62: _info(62, 1, ["/usr/bin/python3", "train.py"], {**slurm, "SLURM_PROCID": "1"}),
+        63: _info(63, 62, ["/usr/bin/python3", "serve_shards.py", "--rank", "5"],
+                  {**slurm, "SLURM_PROCID": "1"}),
+    }
+    discovery.classify(procs)
+    # THEN the ranks are the srun tasks; their lone children are theirs (a launcher starts two
+    # or more ranks, with distinct ranks)
+    roles = {pid: (info["role"], info["rank_pid"]) for pid, info in procs.items()}
+    assert roles == {60: ("rank", None), 61: ("child", 60), 62: ("rank", None), 63: ("child", 62)}
+
+
+def test_the_launchers_variables_come_before_the_command_line() -> None:
+    # GIVEN torchrun-style ranks whose RANK says otherwise than their flags
+    env = {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7", "TORCHELASTIC_RUN_ID": "x"}
+    procs = {
+        70: _info(70, 1, ["/usr/bin/python3", "/venv/bin/torchrun", "train.py"], env),
+        71: _info(71, 70, ["/usr/bin/python3", "train.py", "--rank", "9"],
+                  {**env, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}),
+        72: _info(72, 70, ["/usr/bin/python3", "train.py", "--rank", "8"],
+                  {**env, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}),
+    }
+    discovery.classify(procs)
+    assert [discovery.identity(procs[p]) for p in (71, 72)] == [("0", "0", "2"), ("1", "1", "2")]
+
+
+def test_the_child_of_a_python_wrapper_is_the_rank() -> None:
+    # GIVEN srun tasks running a wrapper written in Python (conda run, a launch.py: one thread)
+    # that runs the training command as its only child (a torch rank: many threads), and a
+    # torch rank that runs a pure-Python evaluation script as its child
+    slurm = {"SLURM_JOB_ID": "7"}
+    procs = {
+        80: _info(80, 1, ["/usr/bin/python3", "-u", "wrapper.py", "python", "train.py"],
+                  {**slurm, "SLURM_PROCID": "0"}),
+        81: _info(81, 80, ["/usr/bin/python3", "train.py"], {**slurm, "SLURM_PROCID": "0"}),
+        82: _info(82, 1, ["/usr/bin/python3", "train.py"], {**slurm, "SLURM_PROCID": "1"}),
+        83: _info(83, 82, ["/usr/bin/python3", "score.py"], {**slurm, "SLURM_PROCID": "1"}),
+    }
+    procs[81]["stat"]["num_threads"] = procs[82]["stat"]["num_threads"] = 14
+    discovery.classify(procs)
+    # THEN the wrapper is the rank's launcher and the evaluation stays its rank's child
+    roles = {pid: (info["role"], info["rank_pid"]) for pid, info in procs.items()}
+    assert roles == {80: ("agent", None), 81: ("rank", None), 82: ("rank", None),
+                     83: ("child", 82)}
+    # and a wrapper whose child has not started its threads yet is taken for the rank
+    procs[81]["stat"]["num_threads"] = 1
+    discovery.classify(procs)
+    assert (procs[80]["role"], procs[81]["role"]) == ("rank", "child")
+
+
 def _run_with_stuck_collect(
     args: dict[str, Any], send_sigterm: bool, deaf: bool = False
 ) -> tuple[dict, float]:
