@@ -67,15 +67,18 @@ def argv_identity(cmdline):
 
 def _mark_argv_ranks(procs):
     """``argv`` of each Python process that is one of two or more children of one parent whose
-    command lines give distinct ranks (a launcher's ranks): their identity from the flags. A
-    single child given a rank (an evaluation script run by rank 0 with --rank 0) is not."""
+    command lines give distinct ranks, the parent a launcher (one or two threads: a torch rank
+    runs more): their identity from the flags. A single child given a rank (an evaluation
+    script run by rank 0 with --rank 0), or helpers a rank starts numbered so, are not."""
     groups = {}  # type: dict
     for info in procs.values():
         info["argv"] = None
         found = argv_identity(info["cmdline"])
         if "rank" in found and _is_python(info):
             groups.setdefault(info["stat"]["ppid"], []).append((info, found))
-    for members in groups.values():
+    for parent, members in groups.items():
+        if parent in procs and procs[parent]["stat"]["num_threads"] > 2:
+            continue
         if len(members) >= 2 and len({found["rank"] for _, found in members}) == len(members):
             for info, found in members:
                 info["argv"] = found

@@ -800,6 +800,16 @@ def test_one_child_given_a_rank_on_its_command_line_stays_its_parents_child() ->
     # or more ranks, with distinct ranks)
     roles = {pid: (info["role"], info["rank_pid"]) for pid, info in procs.items()}
     assert roles == {60: ("rank", None), 61: ("child", 60), 62: ("rank", None), 63: ("child", 62)}
+    # AND two data servers that a torch rank (its threads) starts as --rank 0 and --rank 1 are
+    # its children too: a launcher runs one or two threads
+    procs[64] = _info(64, 62, ["/usr/bin/python3", "serve_shards.py", "--rank", "6"],
+                      {**slurm, "SLURM_PROCID": "1"})
+    procs[62]["stat"]["num_threads"] = 14
+    discovery.classify(procs)
+    assert [procs[p]["role"] for p in (62, 63, 64)] == ["rank", "child", "child"]
+    procs[62]["stat"]["num_threads"] = 1  # (the same tree under a one-thread launcher)
+    discovery.classify(procs)
+    assert [procs[p]["role"] for p in (62, 63, 64)] == ["agent", "rank", "rank"]
 
 
 def test_the_launchers_variables_come_before_the_command_line() -> None:
