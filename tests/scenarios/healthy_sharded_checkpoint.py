@@ -9,35 +9,17 @@ fsyncs, their I/O counters growing, and nobody logs. It must never get a hang ve
 
 from __future__ import annotations
 
-import os
 import tempfile
-import time
 
 import _harness as harness
 import _training as training
-import torch
 import torch.distributed as dist
+from rank0_checkpoint_barrier import save_checkpoint
 
 EVERY = 3
 #: Seconds of writing a save takes on each rank (the shards' sizes differ).
 SAVE_SECONDS = (2.0, 27.0, 52.0, 77.0)
-SHARD_ELEMENTS = 4 << 20  # 16 MB a file
 STEPS = 60
-
-
-def save_shard(directory: str, rank: int, seconds: float) -> int:
-    """Write this rank's shard files, each flushed to disk, for about ``seconds``."""
-    shard = torch.randn(SHARD_ELEMENTS)
-    deadline = time.monotonic() + seconds
-    written = 0
-    while time.monotonic() < deadline:
-        path = os.path.join(directory, f"rank{rank}-part{written % 4}.pt")
-        with open(path, "wb") as handle:
-            torch.save({"rank": rank, "part": written, "weights": shard}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        written += 1
-    return written
 
 
 def main() -> None:
@@ -50,7 +32,7 @@ def main() -> None:
                 if step == EVERY:
                     harness.report_ready(info, f"step {step}: saving its shard", role="healthy")
                 seconds = SAVE_SECONDS[info.rank % len(SAVE_SECONDS)]
-                parts = save_shard(directory, info.rank, seconds)
+                parts = save_checkpoint(directory, seconds)  # each rank its own directory
                 harness.log(info, f"checkpoint at step {step}: {parts} files")
             loss = training.train_step(model, training.synthetic_batch(info.rank, step))
             harness.log(info, f"step {step} loss {loss:.4f}")

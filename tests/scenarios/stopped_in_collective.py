@@ -39,7 +39,8 @@ def snapshot_for_crash_analysis(rank: int) -> None:
 
 
 def sync_gradients(model: torch.nn.Module) -> None:
-    """Average gradients over all ranks with one flattened all_reduce."""
+    """Average gradients over all ranks with one flattened all_reduce (_training's, on a line
+    of this file: every rank's stack holds it, the culprit's site and the waiting ranks')."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat)  # CULPRIT

@@ -18,16 +18,9 @@ import _harness as harness
 import _training as training
 import torch
 import torch.distributed as dist
+from blocked_outside_collective import TRUNCATED_RECORD, read_batch
 
-#: (rank, step) whose record is truncated: that rank's prefetch thread dies there.
-TRUNCATED_RECORD = (2, 3)
 STEPS = 1000
-
-
-def read_batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    if (rank, step) == TRUNCATED_RECORD:
-        raise EOFError(f"shard {rank:05d}: record {step} truncated after 112 of 576 bytes")
-    return training.synthetic_batch(rank, step)
 
 
 def prefetch(rank: int, batches: queue.Queue[tuple[torch.Tensor, torch.Tensor]]) -> None:
