@@ -407,8 +407,28 @@ def _is_heartbeat_check(argv: Sequence[str]) -> bool:
     return any(a == "--check-heartbeat" or a.startswith("--check-heartbeat=") for a in argv)
 
 
+def _exit_now(code: int) -> int:
+    """End the program at once, its output flushed: the interpreter's own teardown (every loaded
+    module's, ~16 ms of CPU after attach) does nothing a finished attach needs."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The program (``argv`` None: sys.argv; an attach then ends the process itself) or, with
+    ``argv``, a call that returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    code = _main(args)
+    if argv is None and args[:1] == ["attach"]:
+        _exit_now(code)
+    return code
+
+
+def _main(argv: list[str]) -> int:
     # the command is the first argument (the only option before it is --version/--help)
     parser = build_parser(argv[0] if argv and argv[0] in _COMMANDS else None)
     try:

@@ -215,3 +215,26 @@ def test_a_command_builds_only_its_own_parser_and_reads_its_arguments_the_same()
     whole = build_parser()
     listed = next(a for a in whole._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert set(listed) == set(_COMMANDS)
+
+
+def test_the_attach_program_ends_without_the_interpreters_teardown() -> None:
+    # GIVEN the program (main() with no argv, as the console script calls it) and an exit
+    # handler that would print during the interpreter's teardown
+    program = ("import atexit, sys; atexit.register(lambda: print('TEARDOWN', flush=True)); "
+               "sys.argv = ['slurmdiag', *sys.argv[1:]]; from slurmdiag.cli import main; "
+               "sys.exit(main())")
+    attach = subprocess.run([sys.executable, "-c", program, "attach", "12x"],
+                            check=False, capture_output=True, text=True, timeout=60)
+    # THEN attach ends at once (no teardown) with its code and its output flushed
+    assert attach.returncode == 2, attach.stderr
+    assert attach.stderr.startswith("error: ") and "hint: " in attach.stderr
+    assert "TEARDOWN" not in attach.stdout
+    # AND every other command ends as programs do; a call with argv returns its code
+    version = subprocess.run([sys.executable, "-c", program, "--version"],
+                             check=False, capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and "TEARDOWN" in version.stdout
+    called = subprocess.run([sys.executable, "-c", (
+        "import atexit; atexit.register(lambda: print('TEARDOWN', flush=True)); "
+        "from slurmdiag.cli import main; print('code', main(['attach', '12x']))")],
+        check=False, capture_output=True, text=True, timeout=60)
+    assert "code 2" in called.stdout and "TEARDOWN" in called.stdout
