@@ -24,7 +24,7 @@ from .discovery import (
     stepd_descendants,
 )
 from .discovery import identity as rank_identity
-from .filelocks import file_locks
+from .filelocks import file_locks, read_in_background
 from .flight import fr_collect, fr_request
 from .framing import COLLECTOR_VERSION, FORMAT, Emitter, _write_line, loads
 from .gpus import collect_gpus
@@ -118,11 +118,13 @@ class Collection:
         self.side = None  # type: Task | None
         self.side_found = {}  # type: dict
         self.page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
+        self.locks_text = []  # type: list  # /proc/locks, read on a thread (read_in_background)
 
 
 def collect(options, clock, doc, status):
     """Fill ``doc`` in place (so that the watchdog can emit a partial one), phase by phase."""
     run = Collection(options, clock, doc, status)
+    run.locks_text = read_in_background()
     find_tools(run)
     _enter_phase(status, "discovery")
     discover_processes(run)
@@ -431,7 +433,13 @@ def read_process_state(run):
     except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
         run.errors.append(f"system calls not read: collector bug: {exc!r}")
     try:
-        locks = file_locks([e["pid"] for e in run.ranks])
+        # the thread's read (started with the collection: done by now, unless the node's
+        # grace periods are slow; 25 ms seen)
+        waited = time.monotonic() + 0.5
+        while not run.locks_text and time.monotonic() < waited:
+            time.sleep(0.002)
+        text = run.locks_text[0] if run.locks_text else None
+        locks = file_locks([e["pid"] for e in run.ranks], text) if text is not None else {}
     except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
         run.errors.append(f"file locks not read: collector bug: {exc!r}")
         return

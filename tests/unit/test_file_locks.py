@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.collector.filelocks import file_locks
+from slurmdiag.collector.filelocks import file_locks, read_in_background
 from slurmdiag.snapshot import Snapshot
 
 ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
@@ -69,6 +69,19 @@ def test_reads_who_holds_and_who_waits_for_a_real_flock(holder_and_waiter) -> No
                                                                                str(path))
     # AND only the pids asked for are listed
     assert set(found) <= {holder, waiter, 1} and 1 not in found
+
+
+def test_the_table_read_on_a_thread_gives_the_same_locks(holder_and_waiter) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN /proc/locks read on a thread (the collector starts it with the collection: the
+    # kernel's read waits for an RCU grace period, 10-25 ms of wall)
+    holder, waiter, _ = holder_and_waiter
+    box = read_in_background()
+    deadline = time.monotonic() + 5
+    while not box:
+        assert time.monotonic() < deadline, "the thread never read /proc/locks"
+        time.sleep(0.005)
+    # THEN its text names the same holder and waiter as a read of the collector's own
+    assert file_locks([holder, waiter], box[0]) == file_locks([holder, waiter])
 
 
 def test_parses_the_tables_shapes_and_keeps_no_pid_for_ofd_locks() -> None:
