@@ -195,10 +195,13 @@ def test_a_failing_system_call_reading_does_not_cost_the_file_locks(monkeypatch)
         raise OSError("boom")
 
     monkeypatch.setattr(collector, "blocked_calls", broken)
-    monkeypatch.setattr(collector, "file_locks", lambda pids: {pids[0]: [{"held": True}]})
+    monkeypatch.setattr(collector, "file_locks",
+                        lambda pids, text: {pids[0]: [{"held": True, "table": text}]})
     entry: dict = {"pid": os.getpid()}
-    run = SimpleNamespace(entries=[], ranks=[entry], tracing=None, sockets={}, errors=[])
+    run = SimpleNamespace(entries=[], ranks=[entry], tracing=None, sockets={}, errors=[],
+                          locks_text=["/proc/locks as read on the collector's thread"])
     collector.read_process_state(run)
     # THEN the error is said and the locks are still read
     assert any(e.startswith("system calls not read") for e in run.errors), run.errors
-    assert entry["file_locks"] == [{"held": True}]
+    assert entry["file_locks"] == [{"held": True,
+                                    "table": "/proc/locks as read on the collector's thread"}]
