@@ -85,10 +85,20 @@ def test_ctrl_c_ends_the_group_and_keeps_what_came(tmp_path):
     assert result.interrupted and not result.timed_out
     assert result.stdout.split() == ["partial", "last-word"]
     assert result.duration_s < 5
-    # AND nothing of the group is left
+    # AND nothing of the group is left, once the signals it was sent are delivered (they are
+    # asynchronous: on a loaded machine the grandchild was once seen still asleep at return)
     grandchild = int((tmp_path / "grandchild").read_text())
-    assert not Path(f"/proc/{grandchild}").exists() or "Z" in Path(
-        f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    def ended() -> bool:
+        try:
+            return "Z" in Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+
+    deadline = time.monotonic() + 5
+    while not ended() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ended()
 
 
 def test_feed_writes_to_stdin_once_it_has_something_then_closes_it():
