@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from snapfactory import recorded
+from snapfactory import map_rank, recorded
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.snapshot import Rank, Snapshot
@@ -42,8 +42,6 @@ def test_the_thread_of_the_peers_role_is_chosen_among_several() -> None:
     recording = recorded("trainer_thread_queue.default.joined")
 
     def decoy_first(rank: Rank) -> Rank:
-        if rank.rank != 2:
-            return rank
         samples = []
         for sample in rank.samples:
             trainer = next(t for t in sample.threads if t.name == "trainer")
@@ -52,8 +50,6 @@ def test_the_thread_of_the_peers_role_is_chosen_among_several() -> None:
             samples.append(replace(sample, threads=(decoy, *sample.threads)))
         return replace(rank, samples=tuple(samples))
 
-    recording = replace(recording, nodes=tuple(
-        replace(n, ranks=tuple(decoy_first(r) for r in n.ranks)) for n in recording.nodes))
-    v = first(recording)
+    v = first(map_rank(recording, 2, decoy_first))
     # THEN the trainer, the role its peers wait through, is named, not the first listed
     assert "rank 2 is in its thread trainer in train (" in v.summary, v.summary
