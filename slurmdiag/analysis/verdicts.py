@@ -1799,6 +1799,81 @@ def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdi
     )
 
 
+def _failed_connects(proc: Rank) -> tuple[int, int, float] | None:
+    """(failed, made, window) of the rank's connect() calls in strace's window, None without."""
+    summary = proc.strace
+    if summary is None or summary.status != "ok":
+        return None
+    calls = [c for c in summary.syscalls if c.syscall == "connect"]
+    return (sum(c.errors for c in calls), sum(c.calls for c in calls), summary.window_s)
+
+
+def _not_joined(waiting: list[_Status]) -> list[_Status]:
+    """Ranks in a start-up wait that never reached any other rank: no established connection to
+    a port a rank listens on (the store, a gloo peer), none to theirs, while other ranks of the
+    rendezvous hold such connections (stale_port_node: node 1's ranks knocked at a stale
+    MASTER_PORT, refused; rank 0 waited for them in the store's constructor, at the very line
+    of theirs, rank 1 in gloo's mesh: by stacks "every rank waits in init_process_group").
+    What would make it lie: a rank whose sockets were not read (no listing, no connect() in
+    strace: not judged), a rank between two connection attempts of a healthy start (a look
+    lasts seconds; a healthy store connect takes milliseconds), a rendezvous that goes
+    through a launcher's store (torchrun's agent: MASTER_PORT names it, its connections count).
+    None of the rendezvous joined (a wrong address for all): every rank waits, no culprit."""
+    procs = [s.digest.proc for s in waiting]
+    listening = {_port(c.local) for p in procs for c in p.connections if c.state == "LISTEN"}
+    listening |= {p.env["MASTER_PORT"] for p in procs if p.env.get("MASTER_PORT")}
+    reached: set[int] = set()
+    for s in waiting:
+        for c in s.digest.proc.connections:
+            if c.state != "ESTABLISHED":
+                continue
+            if _port(c.remote) in listening:
+                reached.add(s.rank)
+                # the far end, if a rank listens there, was reached too
+                reached.update(o.rank for o in waiting for d in o.digest.proc.connections
+                               if d.state == "LISTEN" and _port(d.local) == _port(c.remote))
+    judged = [s for s in waiting
+              if s.digest.proc.connections or (_failed_connects(s.digest.proc) or (0, 0, 0))[1]]
+    alone = [s for s in judged if s.rank not in reached]
+    return alone if alone and reached else []
+
+
+def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: str) -> Verdict:
+    ranks = [s.rank for s in alone]
+    head = alone[0]
+    evidence = []
+    for s in alone[:8]:
+        tried = _failed_connects(s.digest.proc)
+        sockets = ", ".join(f"{c.local} {c.state}" for c in s.digest.proc.connections[:3])
+        line = f"rank {s.rank}: no established connection to any rank ({sockets or 'no socket'})"
+        if tried and tried[0]:
+            line += f"; {tried[0]} of {tried[1]} connect() calls failed in {tried[2]:.1f} s of strace"
+        evidence.append(line)
+    evidence.extend(_group_evidence(joined, limit=4))
+    failing = any((_failed_connects(s.digest.proc) or (0, 0, 0))[0] for s in alone)
+    why = "their connect() calls fail" if failing else "they hold no connection to it"
+    return Verdict(
+        kind=VerdictKind.STRAGGLER,
+        severity=severity,
+        summary=(
+            f"{_ranks_label(ranks)} never reached the rendezvous: {_verb(ranks, 'it waits', 'they wait')} "
+            f"in {head.op} at {head.site} with no connection to the job's store or to any rank "
+            f"({why}), while {_ranks_label(s.rank for s in joined)} joined and "
+            f"{_verb([s.rank for s in joined], 'waits', 'wait')} for {_verb(ranks, 'it', 'them')}"
+        ),
+        culprit_ranks=tuple(ranks),
+        sites=_unique(s.site for s in alone),
+        evidence=tuple(evidence),
+        next_step=(
+            "these ranks cannot reach the store the others met at: compare MASTER_ADDR and "
+            "MASTER_PORT (or the rendezvous endpoint) as their node sees them with the others' "
+            "(a node's profile or module file exporting another value, a name that resolves "
+            "elsewhere there), and check that the address is reachable from their node "
+            "(firewall, interface: GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)"
+        ),
+    )
+
+
 def _stack_where(info: StackInfo) -> str:
     return f"{info.op} at {info.site}" if info.op else f"{info.kind} at {info.site}"
 
@@ -2411,6 +2486,11 @@ def _without_waiters(
 ) -> list[Verdict]:
     """No rank is gone: either everyone waits in collectives, or nobody does."""
     if waiting and not blocked and not busy:
+        if all(s.status == "waiting" and s.op in STARTUP_OPS for s in waiting):
+            alone = _not_joined(waiting)
+            if alone:
+                joined = [s for s in waiting if s not in alone]
+                return [_unjoined_straggler(alone, joined, severity)]
         roots = _stray_roots(waiting)
         if roots is not None:
             return [_root_mismatch(waiting, *roots, severity)]

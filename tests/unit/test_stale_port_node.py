@@ -1,0 +1,67 @@
+"""Ranks that never reached the rendezvous (`stale_port_node`, recorded by `make accuracy`):
+node 1's ranks retry a stale MASTER_PORT, refused; rank 0 waits for them in the store's
+constructor at the same line as theirs, rank 1 in gloo's mesh. It was all_waiting ("the
+process group never formed"), no culprit; stacks alone would blame rank 1, the odd one."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+from snapfactory import map_rank, recorded
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.snapshot import Connection, StraceSummary
+
+
+@pytest.mark.parametrize("mode, severity", [("default", "critical"), ("samples1", "warning")])
+def test_the_ranks_with_no_connection_to_the_rendezvous_are_the_culprits(mode: str, severity: str) -> None:
+    v = diagnose(recorded(f"stale_port_node.{mode}.refused")).verdicts[0]
+    assert (v.kind, v.severity, v.culprit_ranks) == ("straggler", severity, (2, 3)), v
+    assert v.sites[0].endswith("stale_port_node.py:41")
+    assert "never reached the rendezvous" in v.summary and "connect() calls fail" in v.summary
+    assert any(re.search(r"rank [23]: .* [1-9]\d* of \d+ connect\(\) calls failed", line)
+               for line in v.evidence), v.evidence
+    assert "MASTER_PORT" in v.next_step
+
+
+def _joined_the_store(snapshot, number):  # type: ignore[no-untyped-def]
+    # rank `number` holding a connection to rank 0's store, as ranks 0 and 1 do
+    store = next(c for n in snapshot.nodes for r in n.ranks if r.rank == 0
+                 for c in r.connections if c.state == "LISTEN")
+    port = store.local.rpartition(":")[2]
+    link = Connection(local="127.0.0.1:51000", remote=f"127.0.0.1:{port}", state="ESTABLISHED")
+    return map_rank(snapshot, number, lambda r: replace(r, connections=(link,)))
+
+
+def test_every_rank_joined_stays_a_rendezvous_that_never_formed() -> None:
+    # GIVEN the recording with ranks 2 and 3 connected to the store like the others
+    snapshot = recorded("stale_port_node.default.refused")
+    for number in (2, 3):
+        snapshot = _joined_the_store(snapshot, number)
+    v = diagnose(snapshot).verdicts[0]
+    # THEN nothing sets a rank apart
+    assert (v.kind, v.culprit_ranks) == ("all_waiting", ()), v
+    assert "rendezvous" in v.summary
+
+
+def test_a_rank_whose_sockets_were_not_read_is_not_judged() -> None:
+    # GIVEN rank 3 with no socket listed and no strace (its sockets unread): rank 2 as recorded
+    snapshot = map_rank(recorded("stale_port_node.default.refused"), 3,
+                        lambda r: replace(r, connections=(), strace=StraceSummary(status="error")))
+    v = diagnose(snapshot).verdicts[0]
+    # THEN only rank 2 is named: rank 3 is neither blamed nor cleared
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+
+
+def test_no_rank_joined_blames_none() -> None:
+    # GIVEN nobody connected to anybody (a wrong address for all): rank 0's and rank 1's
+    # connections dropped but their listeners
+    snapshot = recorded("stale_port_node.default.refused")
+    for number in (0, 1):
+        snapshot = map_rank(snapshot, number, lambda r: replace(
+            r, connections=tuple(c for c in r.connections if c.state == "LISTEN")))
+    v = diagnose(snapshot).verdicts[0]
+    # THEN every rank waits: no culprit
+    assert (v.kind, v.culprit_ranks) == ("all_waiting", ()), v
