@@ -183,6 +183,11 @@ def is_user_file(path: str) -> bool:
     return _module_path(path)[1]
 
 
+def library_path(path: str) -> str:
+    """A library frame's file relative to its import root: torch/utils/file_baton.py."""
+    return _module_path(path)[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # frame kinds
 

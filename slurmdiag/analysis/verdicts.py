@@ -66,6 +66,7 @@ from slurmdiag.analysis.stacks import (
     frame_site,
     function_site,
     is_user_file,
+    library_path,
     main_thread,
     merge_stacks,
     program_ended,
@@ -665,8 +666,25 @@ def _where(s: _Status) -> str:
             return (f"{phrase} in an asyncio event loop started at {s.site} (the coroutine it "
                     "awaits is on no thread's stack)")
         via = f" ({s.via})" if s.via else ""
+        if s.kind == "sleep" and s.site:
+            via += _library_loop(s)
         return f"{phrase} at {s.site}{via}" if s.site else phrase
     return s.kind
+
+
+def _library_loop(s: _Status) -> str:
+    """" in FileBaton.wait (torch/utils/file_baton.py)" for a rank asleep inside a library's
+    function called from its site (a poll loop of the library's: stale_build_lock), else ""."""
+    info = s.info
+    if info is None or info.top_user_frame is None or not info.frames:
+        return ""
+    at = info.frames.index(info.top_user_frame)
+    if at == 0:
+        return ""
+    called = info.frames[at - 1]
+    if called.native or is_user_file(called.file):
+        return ""
+    return f" in {called.function} ({library_path(called.file)})"
 
 
 def _in_event_loop(s: _Status) -> bool:
