@@ -1868,6 +1868,20 @@ def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: s
             line += f"; {tried[0]} of {tried[1]} connect() calls failed in {tried[2]:.1f} s of strace"
         evidence.append(line)
     evidence.extend(_group_evidence(joined, limit=4))
+    for var in ("MASTER_ADDR", "MASTER_PORT"):
+        seen = _group_by((s for s in joined + alone if s.digest.proc.env.get(var)),
+                         lambda s, var=var: s.digest.proc.env[var])
+        if len(seen) > 1:
+            evidence.append(f"{var} differs: " + "; ".join(
+                f"{_ranks_label(o.rank for o in group)} {value}" for value, group in seen.items()))
+    confidence = None
+    if len(alone) > len(joined):
+        # the rendezvous's host may be the odd one (its node's address or port the stale one)
+        confidence = "medium"
+        evidence.append(
+            f"unsure which side is wrong: more ranks cannot reach the store than joined it; "
+            f"the address or port that {_ranks_label(s.rank for s in joined)} met at may be "
+            "the wrong one (the store's host took it from its own node)")
     failing = any((_failed_connects(s.digest.proc) or (0, 0, 0))[0] for s in alone)
     why = "their connect() calls fail" if failing else "they hold no connection to it"
     return Verdict(
@@ -1882,6 +1896,7 @@ def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: s
         culprit_ranks=tuple(ranks),
         sites=_unique(s.site for s in alone),
         evidence=tuple(evidence),
+        confidence=confidence,
         next_step=(
             "these ranks cannot reach the store the others met at: compare MASTER_ADDR and "
             "MASTER_PORT (or the rendezvous endpoint) as their node sees them with the others' "

@@ -65,3 +65,26 @@ def test_no_rank_joined_blames_none() -> None:
     v = diagnose(snapshot).verdicts[0]
     # THEN every rank waits: no culprit
     assert (v.kind, v.culprit_ranks) == ("all_waiting", ()), v
+
+
+def test_differing_rendezvous_variables_are_said() -> None:
+    # GIVEN the stale port exported in node 1's environment (allowlisted, read by the collector)
+    snapshot = recorded("stale_port_node.default.refused")
+    for number in range(4):
+        port = "20019" if number >= 2 else "20002"
+        snapshot = map_rank(snapshot, number, lambda r, port=port: replace(
+            r, env={**r.env, "MASTER_PORT": port}))
+    v = diagnose(snapshot).verdicts[0]
+    # THEN the verdict shows who holds which
+    assert v.culprit_ranks == (2, 3), v
+    assert "MASTER_PORT differs: ranks 0-1 20002; ranks 2-3 20019" in v.evidence
+
+
+def test_a_minority_that_met_lowers_the_confidence() -> None:
+    # GIVEN only rank 0 (the store's host) met: rank 1 lost its connection too
+    snapshot = map_rank(recorded("stale_port_node.default.refused"), 1, lambda r: replace(
+        r, connections=tuple(c for c in r.connections if c.state == "LISTEN")))
+    v = diagnose(snapshot).verdicts[0]
+    # THEN ranks 1-3 are named, unsure which side is wrong
+    assert (v.culprit_ranks, v.confidence) == ((1, 2, 3), "medium"), v
+    assert any(line.startswith("unsure which side is wrong") for line in v.evidence)
