@@ -164,6 +164,12 @@ STRAGGLER_STEPS = {
         "find what the rank reads or writes (strace -p PID, ls -l /proc/PID/fd): a hung "
         "filesystem or remote service; give the call a timeout or move it off the training path"
     ),
+    "connect": (
+        "nothing answers the rank's connection request (SYN_SENT: a host down, a firewall that "
+        "drops, a service whose accept queue is full): check the address from the rank's node "
+        "(nc -vz HOST PORT, the service's own health), and give the client a connect timeout "
+        "so that the job fails instead of hanging"
+    ),
     "lock": (
         "find the thread that holds the lock (py-spy dump --locals, the rank's other threads); "
         "never hold a lock across a collective"
@@ -668,6 +674,8 @@ def _where(s: _Status) -> str:
         via = f" ({s.via})" if s.via else ""
         if s.kind == "sleep" and s.site:
             via += _library_loop(s)
+        if s.kind == "io":
+            via += _connect_phrase(s.digest.proc)
         return f"{phrase} at {s.site}{via}" if s.site else phrase
     return s.kind
 
@@ -1159,6 +1167,8 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
             step = "queue_feeder"
     if main_kind == "stopped" and any(_traced(s) for s in blocked):
         step = "traced"
+    if main_kind == "io" and any(_connects(s.digest.proc) for s in blocked):
+        step = "connect"
     ranks = [s.rank for s in blocked]
     groups = _group_by(blocked, lambda s: (s.kind, s.site))
     places = "; ".join(
@@ -1358,6 +1368,23 @@ def _socket_waits(proc: Rank) -> list[BlockedCall]:
     """The rank's threads sitting in a transfer call on an established TCP connection."""
     return [c for c in proc.blocked_calls if c.call in TRANSFER_CALLS and c.local and c.remote
             and not c.remote.endswith(":0")]
+
+
+def _connects(proc: Rank) -> list[BlockedCall]:
+    """The rank's threads sitting in connect() on a socket still in SYN_SENT (the handshake
+    never answered: connect_dropped), its far end as the collector read it (older collectors
+    read none: "...:0")."""
+    pending = {c.local for c in proc.connections if c.state == "SYN_SENT"}
+    return [c for c in proc.blocked_calls if c.call == "connect" and c.local in pending]
+
+
+def _connect_phrase(proc: Rank) -> str:
+    calls = _connects(proc)
+    if not calls:
+        return ""
+    far = {c.remote for c in calls if c.remote and not c.remote.endswith(":0")}
+    where = f" to {', '.join(sorted(far))}" if far else ""
+    return f", connecting{where} (SYN_SENT: nothing answers its connection request)"
 
 
 def _quiet_waits(proc: Rank) -> bool:

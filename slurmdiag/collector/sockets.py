@@ -91,6 +91,7 @@ def _endpoint(ip, port):
 NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, IPPROTO_TCP = 4, 20, 6
 # TCP states whose sockets can be a process's open file: all but TIME_WAIT (6) and NEW_SYN_RECV
 # (12), which the kernel keeps without an inode and which are the bulk of a busy host's table.
+SYN_SENT = 2
 TCP_STATES_WITH_INODE = sum(1 << state for state in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11))
 # inet_diag_msg: family, state, timer, retrans, inet_diag_sockid (sport, dport big-endian; src,
 # dst 16 bytes each; interface; cookie), expires, rqueue, wqueue, uid, inode
@@ -131,7 +132,7 @@ def _netns(pid):
         return None
 
 
-def sock_diag_tcp(family, wanted, ids=None):
+def sock_diag_tcp(family, wanted, ids=None, states=TCP_STATES_WITH_INODE):
     """{inode: (local_ip, local_port, remote_ip, remote_port, state, tx_queue, rx_queue)} of the
     TCP sockets of ``family`` (AF_INET or AF_INET6) in our own network namespace whose inode is
     in ``wanted``, from one NETLINK_SOCK_DIAG dump (what ``ss`` reads), filtered by state in the
@@ -145,7 +146,7 @@ def sock_diag_tcp(family, wanted, ids=None):
     sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, NETLINK_SOCK_DIAG)
     try:
         # inet_diag_req_v2: family, protocol, no extensions, pad, states, a zero (any) sockid
-        body = bytes([family, IPPROTO_TCP, 0, 0]) + _u(TCP_STATES_WITH_INODE, 4) + bytes(48)
+        body = bytes([family, IPPROTO_TCP, 0, 0]) + _u(states, 4) + bytes(48)
         sock.send(_dump_request(SOCK_DIAG_BY_FAMILY, body))
         return read_tcp_dump(sock, wanted, family == _socket.AF_INET, ids)
     finally:
@@ -268,12 +269,17 @@ def tcp_sockets(pids, ids=None, endpoints=None):
             how.append(refused)
         namespaces.setdefault(_netns(pid), (pid, set()))[1].update(found.values())
     own, netlink_refused = _netns("self"), None
+    connecting = _connecting(table, fds)
+    for pid, wanted in connecting.items():  # getpeername cannot name their far end
+        namespaces.setdefault(_netns(pid), (pid, set()))[1].update(wanted)
     for netns, (pid, wanted) in namespaces.items():
         got = None
         if netns is not None and netns == own and netlink_refused is None:
             try:
-                got = sock_diag_tcp(_socket.AF_INET, wanted, keys)
-                got.update(sock_diag_tcp(_socket.AF_INET6, wanted, keys))
+                # only connecting sockets left to read: a dump of that one state, a few lines
+                states = (1 << SYN_SENT) if all(i in table for i in wanted) else TCP_STATES_WITH_INODE
+                got = sock_diag_tcp(_socket.AF_INET, wanted, keys, states)
+                got.update(sock_diag_tcp(_socket.AF_INET6, wanted, keys, states))
                 how.append("netlink")
             except OSError as exc:
                 netlink_refused, got = f"netlink refused ({exc})", None
@@ -290,6 +296,19 @@ def tcp_sockets(pids, ids=None, endpoints=None):
         if ids is not None and found is not None:
             ids[pid] = [(keys[i],) + _endpoints(table[i]) for i in found.values() if i in keys]
     return out, ", ".join(dict.fromkeys(how)) or None
+
+
+def _connecting(table, fds):
+    """{pid: {inode}} of the SYN_SENT sockets the descriptors read: a connect() in progress,
+    its far end unknown to getpeername (ENOTCONN) but not to the kernel's table (a connect
+    that no answer completes: a host down, a firewall dropping, a full accept queue)."""
+    found = {}  # type: dict
+    for pid, owned in fds.items():
+        for inode in (owned or {}).values():
+            entry = table.get(inode)
+            if entry is not None and entry[4] == "SYN_SENT" and entry[3] == 0:
+                found.setdefault(pid, set()).add(inode)
+    return found
 
 
 def _state(number):

@@ -154,7 +154,8 @@ def test_netlink_refused_falls_back_to_the_text_table(
     real = sockets.sock_diag_tcp(socket.AF_INET, {_inode(live_sockets[socket.AF_INET]["client"])})
     _no_descriptors(monkeypatch)
 
-    def refused(family: int, wanted: set[int], ids: dict | None = None) -> dict:
+    def refused(family: int, wanted: set[int], ids: dict | None = None,
+                states: int = sockets.TCP_STATES_WITH_INODE) -> dict:
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(sockets, "sock_diag_tcp", refused)
@@ -164,6 +165,45 @@ def test_netlink_refused_falls_back_to_the_text_table(
     assert how == ("descriptors unavailable (no pidfd_getfd (test)), "
                    "netlink refused ([Errno 13] Permission denied), proc")
     assert set(real.values()) <= set(by_pid[os.getpid()])
+
+
+def test_a_connecting_socket_is_read_with_its_far_end(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a listener whose one-slot accept queue is full (the kernel drops new SYNs) and a
+    # process whose connect() to it therefore sits in SYN_SENT
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    filler = socket.create_connection(server.getsockname())
+    port = server.getsockname()[1]
+    program = f"import socket\nsocket.socket().connect(('127.0.0.1', {port}))"
+    child = subprocess.Popen([sys.executable, "-c", program])
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            # WHEN its sockets are read
+            by_pid, how = sockets.tcp_sockets([child.pid])
+            if by_pid[child.pid] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        # THEN the socket is SYN_SENT with the address it connects to (getpeername cannot
+        # say it: the state's one-state dump does)
+        [entry] = by_pid[child.pid]
+        assert entry[2:5] == ("127.0.0.1", port, "SYN_SENT"), entry
+        assert how == "descriptors, netlink"
+        # AND where netlink is refused, the namespace's text table says it
+        def refused(*args: object) -> dict:
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(sockets, "sock_diag_tcp", refused)
+        by_pid, how = sockets.tcp_sockets([child.pid])
+        assert by_pid[child.pid][0][2:5] == ("127.0.0.1", port, "SYN_SENT")
+        assert how.endswith("proc")
+    finally:
+        child.kill()
+        child.wait()
+        filler.close()
+        server.close()
 
 
 def test_state_filter_keeps_every_state_a_process_can_hold() -> None:
