@@ -1902,11 +1902,12 @@ def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: s
             evidence.append(f"{var} differs: " + "; ".join(
                 f"{_ranks_label(o.rank for o in group)} {value}" for value, group in seen.items()))
     confidence = None
-    if len(alone) > len(joined):
-        # the rendezvous's host may be the odd one (its node's address or port the stale one)
+    if len(alone) >= len(joined):
+        # the rendezvous's host may be the odd one (its node's address or port the stale one:
+        # stale_port_host), and a refused connect() leaves no trace of the port it aimed at
         confidence = "medium"
         evidence.append(
-            f"unsure which side is wrong: more ranks cannot reach the store than joined it; "
+            f"unsure which side is wrong: as many ranks or more cannot reach the store as joined it; "
             f"the address or port that {_ranks_label(s.rank for s in joined)} met at may be "
             "the wrong one (the store's host took it from its own node)")
     failing = any((_failed_connects(s.digest.proc) or (0, 0, 0))[0] for s in alone)

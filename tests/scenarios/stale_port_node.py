@@ -26,27 +26,27 @@ STALE_NODE = 1
 STALE_PORT_OFFSET = 17
 
 
-def rendezvous_port(info: harness.RankInfo) -> int:
+def rendezvous_port(info: harness.RankInfo, stale_node: int) -> int:
     """MASTER_PORT as the rank's node sees it."""
     port = harness.derived_ports(harness.job_id())[0]
-    if info.node_rank == STALE_NODE:
+    if info.node_rank == stale_node:
         port += STALE_PORT_OFFSET  # the earlier job's port, from the node's launch environment
     return port
 
 
-def join_job(info: harness.RankInfo) -> None:
+def join_job(info: harness.RankInfo, stale_node: int) -> None:
     os.environ["MASTER_ADDR"] = harness.master_address()
-    os.environ["MASTER_PORT"] = str(rendezvous_port(info))
+    os.environ["MASTER_PORT"] = str(rendezvous_port(info, stale_node))
     timeout = harness.PROCESS_GROUP_TIMEOUT
     dist.init_process_group("gloo", rank=info.rank, world_size=info.world_size, timeout=timeout)  # CULPRIT # WAITING
 
 
-def main() -> None:
+def main(stale_node: int = STALE_NODE) -> None:
     info = harness.setup()
-    stale = info.node_rank == STALE_NODE
+    stale = info.node_rank == stale_node
     harness.report_ready(info, "init_process_group (stale port)" if stale else "init_process_group",
                          role="culprit" if stale else "waiting")
-    join_job(info)
+    join_job(info, stale_node)
     harness.train_plainly(info, range(1000))
 
 
