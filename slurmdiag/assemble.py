@@ -40,6 +40,7 @@ from slurmdiag.snapshot import (
     RecentConnection,
     RecentTraffic,
     Sample,
+    StalledConnection,
     StraceSummary,
     Tracer,
     WorkerProcess,
@@ -162,6 +163,18 @@ def _recent_traffic(raw: nd.RecentTraffic | None) -> RecentTraffic | None:
                 last_received_ms=_int(c.get("last_received_ms")) or 0,
             )
             for c in raw.get("active") or ()
+            if isinstance(c, dict)
+        ),
+        stalled=tuple(
+            StalledConnection(
+                local=str(c.get("local")),
+                remote=str(c.get("remote")),
+                unacked=_int(c.get("unacked")) or 0,
+                retransmits=_int(c.get("retransmits")) or 0,
+                backoff=_int(c.get("backoff")) or 0,
+                last_ack_ms=_int(c.get("last_ack_ms")) or 0,
+            )
+            for c in raw.get("stalled") or ()
             if isinstance(c, dict)
         ),
     )

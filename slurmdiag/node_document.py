@@ -82,10 +82,20 @@ class RecentConnection(TypedDict, total=False):
     last_received_ms: int
 
 
+class StalledConnection(TypedDict, total=False):
+    local: str
+    remote: str
+    unacked: int  # segments sent and not acknowledged (tcp_info)
+    retransmits: int  # RTO retransmissions of the oldest of them so far
+    backoff: int  # RTO backoff
+    last_ack_ms: int  # ms since the peer last acknowledged anything
+
+
 class RecentTraffic(TypedDict, total=False):
     within_ms: int  # the strace window and a slack: data newer than this counts
     checked: int  # established connections looked up
     active: list[RecentConnection]  # those that carried data within_ms, newest first
+    stalled: list[StalledConnection]  # unacknowledged data retransmitted on timeout, if any
 
 
 class FileLock(TypedDict, total=False):

@@ -116,6 +116,21 @@ class RecentConnection:
 
 
 @dataclass(frozen=True)
+class StalledConnection:
+    """A connection of a rank holding data its peer has not acknowledged, retransmitted on
+    timeout (tcp_info, read when strace stopped): the path between the two loses packets, or
+    the peer's host no longer answers. A peer that does not read leaves its window full
+    instead (zero-window probes, no retransmission): not stalled."""
+
+    local: str
+    remote: str
+    unacked: int
+    retransmits: int
+    backoff: int = 0
+    last_ack_ms: int = 0
+
+
+@dataclass(frozen=True)
 class RecentTraffic:
     """Which of a rank's established connections carried data in the last ``within_ms`` (the
     strace window and a slack): ``checked`` were looked up, ``active`` did (newest first, at
@@ -124,6 +139,7 @@ class RecentTraffic:
     within_ms: int
     checked: int
     active: tuple[RecentConnection, ...] = ()
+    stalled: tuple[StalledConnection, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -402,10 +402,16 @@ def _git_commit() -> str:
     return f"{_git('describe', '--always', '--dirty') or '?'}; slurmdiag/ as of {package}"
 
 
+def on_this_cluster() -> list[str]:
+    """The scenarios the local cluster can run: not those whose truth asks for another
+    ("cluster": "netns", a fault injected on one node's network, checked by their own tests)."""
+    return [name for name in scenario_names() if not load_truth(name).get("cluster")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "accuracy.md")
-    parser.add_argument("--only", nargs="+", choices=scenario_names(), metavar="NAME")
+    parser.add_argument("--only", nargs="+", choices=on_this_cluster(), metavar="NAME")
     parser.add_argument("--max-ranks", type=int, default=MAX_RANKS)
     parser.add_argument("--state", type=Path, default=Path("/tmp/slurmdiag-accuracy"))
     parser.add_argument("--keep", type=Path, default=REPO_ROOT / "artifacts" / "accuracy")
@@ -414,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: SLURM_CONF is not set\nhint: `make accuracy` starts the local cluster and "
               "sets it; by hand: eval \"$(deploy/local-cluster/cluster env)\"", file=sys.stderr)
         return 2
-    names = args.only or scenario_names()
+    names = args.only or on_this_cluster()
     args.keep.mkdir(parents=True, exist_ok=True)
     results: list[Comparison] = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -82,6 +82,7 @@ from slurmdiag.snapshot import (
     RecentConnection,
     Sample,
     Snapshot,
+    StalledConnection,
     ThreadStack,
     Verdict,
     WorkerProcess,
@@ -107,6 +108,12 @@ NEXT_STEPS = {
         "and GPU findings, dump the Flight Recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, "
         "attach --flight-recorder) to see which rank's queue is behind, and rerun with "
         "NCCL_DEBUG=INFO: the node whose log stops first is the culprit"
+    ),
+    "stalled_link": (
+        "the network path between these nodes loses what it carries: probe it (slurmdiag probe "
+        "--nodes NODES --ifname IFACE, or slurmdiag probe JOBID), read the NICs' and the "
+        "switch ports' error counters (ip -s link, ethtool -S, ibstat / perfquery), then drain "
+        "the node the probe names and requeue the job"
     ),
     "rendezvous": (
         "the ranks cannot meet: check that MASTER_ADDR:MASTER_PORT (or the rendezvous endpoint) "
@@ -1935,6 +1942,64 @@ def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: s
     )
 
 
+#: A connection counts as stalled once no acknowledgement came for this long: a loss that
+#: recovers (congestion, a drop now and then) is acknowledged within a few RTOs (200 ms each).
+STALL_MS = 1000
+
+
+def _stalled_links(statuses: list[_Status]) -> list[tuple[_Status, StalledConnection, _Status]]:
+    """(rank, its stalled connection, the rank at the far end) for each connection between two
+    ranks that holds data unacknowledged for STALL_MS or more, retransmitted on timeout
+    (link_blackholed: every rank in one all_reduce, the stacks all alike, the NICs up; node 3
+    dropped what it sent to node 4, and rank 3's data to rank 2 waited for an acknowledgement
+    for ever). What would make it lie: a peer whose host stopped answering (a dead node: its
+    ranks are missing, the missing-rank verdict comes first), a stall to something that is not
+    a rank (a storage server: not counted here), a loss that recovers (under STALL_MS)."""
+    owner: dict[str, _Status] = {}
+    for s in statuses:
+        for c in s.digest.proc.connections:
+            if c.state == "ESTABLISHED":
+                owner.setdefault(c.local, s)
+    links = []
+    for s in statuses:
+        recent = s.digest.proc.recent_traffic
+        for stall in recent.stalled if recent is not None else ():
+            peer = owner.get(stall.remote)
+            if peer is not None and peer is not s and stall.last_ack_ms >= STALL_MS:
+                links.append((s, stall, peer))
+    return links
+
+
+def _link_phrase(links: list[tuple[_Status, StalledConnection, _Status]]) -> tuple[str, list[str]]:
+    """("the network between node003 and node004 loses packets", evidence lines)."""
+    pairs = dict.fromkeys(tuple(sorted((a.digest.node, b.digest.node))) for a, _, b in links)
+    between = "; ".join(f"{x} and {y}" if x != y else f"{x} (within the node)" for x, y in pairs)
+    evidence = [
+        f"rank {a.rank} ({a.digest.node}) -> rank {b.rank} ({b.digest.node}): {c.unacked} "
+        f"segment{'s' if c.unacked != 1 else ''} unacknowledged on {c.local} -> {c.remote}, "
+        f"retransmitted {c.retransmits} time{'s' if c.retransmits != 1 else ''} (RTO backoff "
+        f"{c.backoff}), no acknowledgement for {c.last_ack_ms / 1000:.1f} s"
+        for a, c, b in links[:6]
+    ]
+    return f"the network between {between} loses packets", evidence
+
+
+def _stalled_network(verdict: Verdict, links: list[tuple[_Status, StalledConnection, _Status]]
+                     ) -> Verdict:
+    """Every rank waits in one collective and a link between two of them holds data that is
+    never acknowledged: the network is to blame, at that link."""
+    phrase, evidence = _link_phrase(links)
+    ranks = sorted({s.rank for a, _, b in links for s in (a, b)})
+    return replace(
+        verdict,
+        summary=verdict.summary.split(": the cause is below Python")[0] + f": {phrase} "
+        f"(data between {_ranks_label(ranks)} sent and never acknowledged)",
+        culprit_ranks=tuple(ranks),
+        evidence=tuple(evidence) + verdict.evidence,
+        next_step=NEXT_STEPS["stalled_link"],
+    )
+
+
 def _stack_where(info: StackInfo) -> str:
     return f"{info.op} at {info.site}" if info.op else f"{info.kind} at {info.site}"
 
@@ -2248,6 +2313,13 @@ def _hang_verdicts(
                     )
                 ],
             )
+    links = _stalled_links(statuses)
+    if links and verdicts:
+        if verdicts[0].kind == VerdictKind.ALL_WAITING:
+            verdicts[0] = _stalled_network(verdicts[0], links)
+        else:  # the network may be a consequence here (a node gone) or a second problem
+            phrase, lines = _link_phrase(links)
+            verdicts[0] = _with_evidence(verdicts[0], [f"also: {phrase}", *lines])
     if group_notes:
         verdicts = [
             _with_evidence(v, group_notes) if v.kind == "mismatched_collective" else v

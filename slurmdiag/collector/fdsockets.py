@@ -16,10 +16,22 @@ from .netlink import _int
 SYS_PIDFD_GETFD = 438
 TCP_INFO = 11
 TCP_ESTABLISHED, TCP_LISTEN = 1, 10
-# struct tcp_info: tcpi_state (u8) first; tcpi_unacked (u32; a listener's accept queue);
-# tcpi_last_data_sent and tcpi_last_data_recv (ms since data last went out and came in)
-UNACKED, LAST_DATA_SENT, LAST_DATA_RECV = 24, 44, 52
-INFO_LEN = LAST_DATA_RECV + 4
+# struct tcp_info: tcpi_state (u8) first, tcpi_retransmits (u8: RTO retransmissions of the
+# oldest unacknowledged segment, 0 once it is acknowledged), tcpi_backoff (u8); tcpi_unacked
+# (u32; a listener's accept queue); tcpi_last_data_sent and tcpi_last_data_recv (ms since data
+# last went out and came in); tcpi_last_ack_recv (ms since the peer last acknowledged)
+RETRANSMITS, BACKOFF = 2, 4
+UNACKED, LAST_DATA_SENT, LAST_DATA_RECV, LAST_ACK_RECV = 24, 44, 52, 56
+INFO_LEN = LAST_ACK_RECV + 4
+
+
+def activity_of(info, at=0):
+    """(ms since data sent, ms since data received, segments unacknowledged, RTO
+    retransmissions pending, RTO backoff, ms since the last acknowledgement) from a tcp_info
+    starting at ``at``: what recent_activity reports of a connection."""
+    return (_u32(info, at + LAST_DATA_SENT), _u32(info, at + LAST_DATA_RECV),
+            _u32(info, at + UNACKED), info[at + RETRANSMITS], info[at + BACKOFF],
+            _u32(info, at + LAST_ACK_RECV))
 _AF_INET, _AF_INET6 = 2, 10
 
 
@@ -102,7 +114,7 @@ class Reader:
         return found
 
     def activity(self, pid, handles):
-        """{handle: (ms since data last sent, ms since data last received)} of the sockets
+        """{handle: activity_of its tcp_info} of the sockets
         ``handles`` names that ``pid`` still holds under the same descriptor."""
         by_fd = {handle[0]: handle for handle in handles}
         found = {}
@@ -110,7 +122,7 @@ class Reader:
             try:
                 if os.fstat(copy).st_ino == by_fd[fd][1]:
                     info = _tcp_info(copy, by_fd[fd][2])
-                    found[by_fd[fd]] = (_u32(info, LAST_DATA_SENT), _u32(info, LAST_DATA_RECV))
+                    found[by_fd[fd]] = activity_of(info)
             except OSError:
                 pass
             finally:

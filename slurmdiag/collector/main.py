@@ -508,12 +508,21 @@ def read_recent_traffic(run):
     for entry in traced:
         within = int(entry["strace"]["window_s"] * 1000) + RECENT_SLACK_MS
         mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
-        recent = sorted((min(times), ends, times) for times, ends in mine if min(times) <= within)
+        recent = sorted((min(times[:2]), ends, times) for times, ends in mine
+                        if min(times[:2]) <= within)
         active = []
-        for _, (local, remote), (sent, received) in recent[:MAX_RECENT]:
+        for _, (local, remote), (sent, received, *_) in recent[:MAX_RECENT]:
             active.append({"local": local, "remote": remote, "last_sent_ms": sent,
                            "last_received_ms": received})
-        entry["recent_traffic"] = {"within_ms": within, "checked": len(mine), "active": active}
+        traffic = {"within_ms": within, "checked": len(mine), "active": active}
+        # sent and never acknowledged, retransmitted on timeout: the path loses what it carries
+        stalled = [{"local": local, "remote": remote, "unacked": unacked,
+                    "retransmits": retransmits, "backoff": backoff, "last_ack_ms": last_ack}
+                   for (_, _, unacked, retransmits, backoff, last_ack), (local, remote) in mine
+                   if unacked and retransmits]
+        if stalled:
+            traffic["stalled"] = stalled[:MAX_RECENT]
+        entry["recent_traffic"] = traffic
 
 
 def attach_connections(run):

@@ -4,7 +4,7 @@ else /proc/PID/net/tcp."""
 import posix as os
 import sys
 
-from .fdsockets import LAST_DATA_RECV, LAST_DATA_SENT, Reader, Unavailable
+from .fdsockets import INFO_LEN, Reader, Unavailable, activity_of
 from .netlink import _dump_request, _int, _netlink_messages, _request, _u
 from .procfs import _read
 
@@ -329,7 +329,7 @@ def _endpoints(entry):
 
 
 def recent_activity(keys):
-    """{key: (ms since data last sent, ms since data last received)} of the ESTABLISHED
+    """{key: fdsockets.activity_of its tcp_info} of the ESTABLISHED
     sockets tcp_sockets' keys name: read through copies of the descriptors again, or looked up
     by netlink (data_activity). A socket closed meanwhile is left out."""
     by_pid, lookups = {}, []  # type: dict, list
@@ -350,14 +350,14 @@ def recent_activity(keys):
     return found
 
 
-INET_DIAG_INFO = 2  # its payload is struct tcp_info (LAST_DATA_SENT, LAST_DATA_RECV: fdsockets)
+INET_DIAG_INFO = 2  # its payload is struct tcp_info (read by fdsockets.activity_of)
 # Lookups sent before their answers are read: each answer is ~330 bytes, the batch well inside
 # a netlink socket's default receive buffer (~200 KB).
 LOOKUP_BATCH = 128
 
 
 def data_activity(keys):
-    """{key: (ms since data last sent, ms since data last received)} of the sockets ``keys``
+    """{key: fdsockets.activity_of its tcp_info} of the sockets ``keys``
     names (socket_key), each looked up on its own with its tcp_info (sock_diag without the dump
     flag: the kernel finds the socket by its ports, addresses, interface and cookie; no walk of
     the namespace's table), a batch of lookups in one message. A socket closed meanwhile is
@@ -391,7 +391,6 @@ def _read_lookups(sock, batch, found):
 
     head = _struct.Struct("=IHHI").unpack_from  # nlmsghdr: length, type, flags, sequence
     attr = _struct.Struct("=HH").unpack_from
-    times = _struct.Struct("=I4xI").unpack_from  # tcpi_last_data_sent, tcpi_last_data_recv
     answered = 0
     while answered < len(batch):
         try:
@@ -410,8 +409,8 @@ def _read_lookups(sock, batch, found):
                 if size < 4:
                     break
                 if what & 0x3FFF == INET_DIAG_INFO:
-                    if size - 4 >= LAST_DATA_RECV + 4:
-                        found[batch[seq]] = times(data, at + 4 + LAST_DATA_SENT)
+                    if size - 4 >= INFO_LEN:
+                        found[batch[seq]] = activity_of(data, at + 4)
                     break
                 at += (size + 3) & ~3
             offset += (length + 3) & ~3

@@ -28,7 +28,8 @@ NESTED: dict[str, type] = {
     "connections": nd.Connection, "flight_recorder": nd.FlightRecorder, "gpu": nd.Gpu,
     "query_gpu": nd.ToolResult, "compute_apps": nd.ToolResult, "qx": nd.ToolResult,
     "nics": nd.Nics, "interfaces": nd.Interface, "ib_ports": nd.IbPort,
-    "recent_traffic": nd.RecentTraffic, "active": nd.RecentConnection, "file_locks": nd.FileLock, "tracer": nd.Tracer,
+    "recent_traffic": nd.RecentTraffic, "active": nd.RecentConnection,
+    "stalled": nd.StalledConnection, "file_locks": nd.FileLock, "tracer": nd.Tracer,
     "blocked_calls": nd.BlockedCall, "aligned": nd.Aligned,
 }
 FREE_FORM = {"tools", "timings", "env", "threads"}  # keyed by data (tool, phase, variable, TID)
