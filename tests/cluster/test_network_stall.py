@@ -14,7 +14,7 @@ import time
 
 import pytest
 from scenarios.launch import submit
-from support.netns_cluster import available, blackhole, start_netns_cluster
+from support.netns_cluster import available, blackhole, slow_link, start_netns_cluster
 
 from slurmdiag.snapshot import Snapshot
 
@@ -71,3 +71,24 @@ def test_a_link_that_drops_packets_is_named_under_a_job_waiting_in_one_collectiv
     assert "slurmdiag probe" in verdict.next_step
     # AND no interface is said to be down: the NICs are up, the path drops
     assert not [v for v in stalled.verdicts if v.kind == "nic_down"]
+
+
+def test_a_slow_link_under_a_job_that_still_moves_is_no_stall(cluster, tmp_path, monkeypatch):
+    env = {**cluster.env(), "GLOO_SOCKET_IFNAME": "eth1"}
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    run = submit("link_blackholed", tmp_path / "state", env=env)
+    try:
+        ranks = run.wait_ready(timeout=300)
+        node_of = {rank: info["node"] for rank, info in ranks.items()}
+        # GIVEN the link from rank 2's node to rank 3's limited to 20 kbit/s, a short queue
+        # (packets dropped and retransmitted, acknowledged as they get through): the job's
+        # steps slow down, every rank often caught in the all_reduce
+        with slow_link(node_of[2], "eth1", cluster.data[node_of[3]], rate="20kbit"):
+            time.sleep(3.0)
+            snapshot = attach(run.job_id, env, str(tmp_path / "slow"))
+    finally:
+        run.cancel()
+    # THEN no hang verdict, and no link said to lose packets: what it carries gets through
+    hangs = [v for v in snapshot.verdicts if v.severity in ("critical", "warning")]
+    assert hangs == [], [(v.kind, v.summary) for v in hangs]
+    assert not any("loses packets" in v.summary for v in snapshot.verdicts)
