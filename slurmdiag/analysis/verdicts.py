@@ -1900,6 +1900,7 @@ def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: s
         line = f"rank {s.rank}: no established connection to any rank ({sockets or 'no socket'})"
         if tried and tried[0]:
             line += f"; {tried[0]} of {tried[1]} connect() calls failed in {tried[2]:.1f} s of strace"
+        line += _connect_phrase(s.digest.proc)  # a connect nothing answers (a firewall)
         evidence.append(line)
     evidence.extend(_group_evidence(joined, limit=4))
     for var in ("MASTER_ADDR", "MASTER_PORT"):
@@ -1918,7 +1919,9 @@ def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: s
             f"the address or port that {_ranks_label(s.rank for s in joined)} met at may be "
             "the wrong one (the store's host took it from its own node)")
     failing = any((_failed_connects(s.digest.proc) or (0, 0, 0))[0] for s in alone)
-    why = "their connect() calls fail" if failing else "they hold no connection to it"
+    why = ("their connect() calls fail" if failing
+           else "nothing answers their connection requests"
+           if any(_connects(s.digest.proc) for s in alone) else "they hold no connection to it")
     return Verdict(
         kind=VerdictKind.STRAGGLER,
         severity=severity,

@@ -12,7 +12,7 @@ import pytest
 from snapfactory import map_rank, recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.snapshot import Connection, StraceSummary
+from slurmdiag.snapshot import BlockedCall, Connection, StraceSummary
 
 
 @pytest.mark.parametrize("mode, severity", [("default", "critical"), ("samples1", "warning")])
@@ -92,3 +92,23 @@ def test_a_minority_that_met_lowers_the_confidence() -> None:
     # THEN ranks 1-3 are named, unsure which side is wrong
     assert (v.culprit_ranks, v.confidence) == ((1, 2, 3), "medium"), v
     assert any(line.startswith("unsure which side is wrong") for line in v.evidence)
+
+
+def test_a_connection_request_nothing_answers_is_said() -> None:
+    # GIVEN ranks 2 and 3 each in a connect() whose socket stays SYN_SENT (a firewall that
+    # drops), no failed connect() in strace's window
+    def connecting(rank):  # type: ignore[no-untyped-def]
+        syn = Connection(local=f"10.0.0.{rank.rank}:40000", remote="10.0.0.1:29500",
+                         state="SYN_SENT")
+        call = BlockedCall(tid=rank.pid, call="connect", fd=9, local=syn.local, remote=syn.remote)
+        return replace(rank, connections=(syn,), blocked_calls=(call,),
+                       strace=StraceSummary(status="ok", window_s=2.0))
+
+    snapshot = recorded("stale_port_node.default.refused")
+    for number in (2, 3):
+        snapshot = map_rank(snapshot, number, connecting)
+    v = diagnose(snapshot).verdicts[0]
+    # THEN they are the culprits, said to be connecting to the address nothing answers at
+    assert v.culprit_ranks == (2, 3), v
+    assert "(nothing answers their connection requests)" in v.summary, v.summary
+    assert any("connecting to 10.0.0.1:29500 (SYN_SENT" in line for line in v.evidence), v.evidence
