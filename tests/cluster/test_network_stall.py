@@ -14,23 +14,16 @@ import time
 
 import pytest
 from scenarios.launch import submit
-from support.netns_cluster import available, blackhole, slow_link, start_netns_cluster
+from support.netns_cluster import blackhole, four_node_cluster, slow_link
 
 from slurmdiag.snapshot import Snapshot
 
 pytestmark = pytest.mark.cluster
 
-NODES = {"nsnode1": 1500, "nsnode2": 1500, "nsnode3": 1500, "nsnode4": 1500}
-
-
 @pytest.fixture(scope="module")
 def cluster(local_cluster, tmp_path_factory):
-    problem = available()
-    if problem:
-        pytest.skip(f"network namespaces unavailable here: {problem}")
-    c = start_netns_cluster(tmp_path_factory.mktemp("stall-netns"), NODES, data_subnet="10.213.8")
-    yield c
-    c.stop()
+    with four_node_cluster(tmp_path_factory.mktemp("stall-netns")) as c:
+        yield c
 
 
 def attach(job_id: str, env: dict[str, str], out: str) -> Snapshot:

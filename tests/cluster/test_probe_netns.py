@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 from support.netns_cluster import (
-    available,
+    TEST_NODES,
     blackhole,
+    four_node_cluster,
     in_node,
     link_down,
     mtu,
     node_pids,
     route_mtu,
     slow_link,
-    start_netns_cluster,
 )
 
 from slurmdiag.cli import main
@@ -36,7 +36,7 @@ from slurmdiag.snapshot import Snapshot
 
 pytestmark = pytest.mark.cluster
 
-NODES = {"nsnode1": 1500, "nsnode2": 1500, "nsnode3": 1500, "nsnode4": 1500}
+NODES = TEST_NODES
 HOSTLIST = "nsnode[1-4]"
 # the probe program's arguments (its JSON carries this key) and the torch check's script
 MARKERS = (b'"xfer_s"', b"imported_s")
@@ -44,12 +44,8 @@ MARKERS = (b'"xfer_s"', b"imported_s")
 
 @pytest.fixture(scope="module")
 def cluster(local_cluster, tmp_path_factory):
-    problem = available()
-    if problem:
-        pytest.skip(f"network namespaces unavailable here: {problem}")
-    c = start_netns_cluster(tmp_path_factory.mktemp("probe-netns"), NODES, data_subnet="10.213.8")
-    yield c
-    c.stop()
+    with four_node_cluster(tmp_path_factory.mktemp("probe-netns")) as c:
+        yield c
 
 
 def probe_processes() -> list[int]:

@@ -192,6 +192,26 @@ def start_netns_cluster(
     raise RuntimeError(f"the netns cluster did not come up:\n{logs}")
 
 
+#: The four nodes of the cluster tests (tests/cluster/test_probe_netns.py, test_network_stall.py)
+TEST_NODES = {"nsnode1": 1500, "nsnode2": 1500, "nsnode3": 1500, "nsnode4": 1500}
+
+
+@contextlib.contextmanager
+def four_node_cluster(directory: Path) -> Iterator[NetnsCluster]:
+    """TEST_NODES with a data network (eth1 on 10.213.8.0/24), stopped after; a test module's
+    fixture. pytest.skip where namespaces cannot be made."""
+    problem = available()
+    if problem:
+        import pytest
+
+        pytest.skip(f"network namespaces unavailable here: {problem}")
+    cluster = start_netns_cluster(directory, TEST_NODES, data_subnet="10.213.8")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 def available() -> str | None:
     """Why namespaces cannot be used here, or None."""
     for tool in ("ip", "nsenter", "slurmctld", "slurmd"):
