@@ -1866,8 +1866,9 @@ def _not_joined(waiting: list[_Status]) -> list[_Status]:
     rendezvous hold such connections (stale_port_node: node 1's ranks knocked at a stale
     MASTER_PORT, refused; rank 0 waited for them in the store's constructor, at the very line
     of theirs, rank 1 in gloo's mesh: by stacks "every rank waits in init_process_group").
-    What would make it lie: a rank whose sockets were not read (no listing, no connect() in
-    strace: not judged), a rank between two connection attempts of a healthy start (a look
+    What would make it lie: a rank whose sockets were not read (its descriptors unreadable:
+    not judged; a collector that failed to read any socket of a node would make its ranks
+    look alone), a rank between two connection attempts of a healthy start (a look
     lasts seconds; a healthy store connect takes milliseconds), a rendezvous that goes
     through a launcher's store (torchrun's agent: MASTER_PORT names it, its connections count).
     None of the rendezvous joined (a wrong address for all): every rank waits, no culprit."""
@@ -1884,8 +1885,12 @@ def _not_joined(waiting: list[_Status]) -> list[_Status]:
                 # the far end, if a rank listens there, was reached too
                 reached.update(o.rank for o in waiting for d in o.digest.proc.connections
                                if d.state == "LISTEN" and _port(d.local) == _port(c.remote))
+    # a rank with no socket at all is judged too: torch's store client closes its socket
+    # between attempts and sleeps a backoff that grows past strace's window (store_unreachable:
+    # no socket, no connect() in 2 s); only a rank whose descriptors could not be read is not
     judged = [s for s in waiting
-              if s.digest.proc.connections or (_failed_connects(s.digest.proc) or (0, 0, 0))[1]]
+              if s.digest.proc.connections or (_failed_connects(s.digest.proc) or (0, 0, 0))[1]
+              or not any("/fd" in e for e in s.digest.proc.errors)]
     alone = [s for s in judged if s.rank not in reached]
     return alone if alone and reached else []
 

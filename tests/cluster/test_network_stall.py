@@ -85,3 +85,28 @@ def test_a_slow_link_under_a_job_that_still_moves_is_no_stall(cluster, tmp_path,
     hangs = [v for v in snapshot.verdicts if v.severity in ("critical", "warning")]
     assert hangs == [], [(v.kind, v.summary) for v in hangs]
     assert not any("loses packets" in v.summary for v in snapshot.verdicts)
+
+
+def test_a_node_that_cannot_reach_the_store_is_named_in_the_rendezvous(cluster, tmp_path,
+                                                                       monkeypatch):
+    # GIVEN the store on node 1's data address, and rank 2's node dropping what it sends there
+    # from before the job starts (store_unreachable)
+    store = cluster.data["nsnode1"]
+    env = {**cluster.env(), "GLOO_SOCKET_IFNAME": "eth1", "SLURMDIAG_SCENARIO_MASTER_ADDR": store}
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    with blackhole("nsnode3", store):
+        run = submit("store_unreachable", tmp_path / "state", env=env)
+        try:
+            ranks = run.wait_ready(timeout=300)
+            assert {r: info["node"] for r, info in ranks.items()}[2] == "nsnode3"
+            time.sleep(3.0)  # every rank inside init_process_group
+            snapshot = attach(run.job_id, env, str(tmp_path / "look"))
+        finally:
+            run.cancel()
+    # THEN rank 2 is named: it never reached the store the others met at
+    verdict = snapshot.verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,)), (verdict.kind,
+                                                                           verdict.summary)
+    assert verdict.summary.startswith("rank 2 never reached the rendezvous"), verdict.summary
+    assert verdict.sites[0].endswith("store_unreachable.py:26"), verdict.sites
+    assert "MASTER_ADDR" in verdict.next_step

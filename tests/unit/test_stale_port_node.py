@@ -51,12 +51,23 @@ def test_every_rank_joined_stays_a_rendezvous_that_never_formed() -> None:
 
 
 def test_a_rank_whose_sockets_were_not_read_is_not_judged() -> None:
-    # GIVEN rank 3 with no socket listed and no strace (its sockets unread): rank 2 as recorded
-    snapshot = map_rank(recorded("stale_port_node.default.refused"), 3,
-                        lambda r: replace(r, connections=(), strace=StraceSummary(status="error")))
+    # GIVEN rank 3 whose descriptors could not be read (the collector's error), no strace
+    snapshot = map_rank(recorded("stale_port_node.default.refused"), 3, lambda r: replace(
+        r, connections=(), strace=StraceSummary(status="error"),
+        errors=(f"cannot read /proc/{r.pid}/fd",)))
     v = diagnose(snapshot).verdicts[0]
     # THEN only rank 2 is named: rank 3 is neither blamed nor cleared
     assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+
+
+def test_a_rank_between_two_attempts_with_no_socket_is_judged() -> None:
+    # GIVEN rank 3 asleep in the client's backoff: no socket, no connect() in strace's window
+    # (store_unreachable, on the netns cluster)
+    snapshot = map_rank(recorded("stale_port_node.default.refused"), 3, lambda r: replace(
+        r, connections=(), strace=StraceSummary(status="ok", window_s=2.0)))
+    v = diagnose(snapshot).verdicts[0]
+    # THEN it is named with rank 2
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2, 3)), v
 
 
 def test_no_rank_joined_blames_none() -> None:
