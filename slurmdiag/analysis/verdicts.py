@@ -1851,11 +1851,12 @@ def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdi
     )
 
 
-def _failed_connects(proc: Rank) -> tuple[int, int, float] | None:
-    """(failed, made, window) of the rank's connect() calls in strace's window, None without."""
+def _failed_connects(proc: Rank) -> tuple[int, int, float]:
+    """(failed, made, window) of the rank's connect() calls in strace's window; zeros without
+    strace."""
     summary = proc.strace
     if summary is None or summary.status != "ok":
-        return None
+        return (0, 0, 0.0)
     calls = [c for c in summary.syscalls if c.syscall == "connect"]
     return (sum(c.errors for c in calls), sum(c.calls for c in calls), summary.window_s)
 
@@ -1872,24 +1873,24 @@ def _not_joined(waiting: list[_Status]) -> list[_Status]:
     lasts seconds; a healthy store connect takes milliseconds), a rendezvous that goes
     through a launcher's store (torchrun's agent: MASTER_PORT names it, its connections count).
     None of the rendezvous joined (a wrong address for all): every rank waits, no culprit."""
-    procs = [s.digest.proc for s in waiting]
-    listening = {_port(c.local) for p in procs for c in p.connections if c.state == "LISTEN"}
-    listening |= {p.env["MASTER_PORT"] for p in procs if p.env.get("MASTER_PORT")}
+    listeners: dict[str, set[int]] = {}  # port -> the ranks listening on it
+    for s in waiting:
+        for c in s.digest.proc.connections:
+            if c.state == "LISTEN":
+                listeners.setdefault(_port(c.local), set()).add(s.rank)
+        if s.digest.proc.env.get("MASTER_PORT"):  # a launcher's store: no rank listens there
+            listeners.setdefault(s.digest.proc.env["MASTER_PORT"], set())
     reached: set[int] = set()
     for s in waiting:
         for c in s.digest.proc.connections:
-            if c.state != "ESTABLISHED":
-                continue
-            if _port(c.remote) in listening:
+            if c.state == "ESTABLISHED" and _port(c.remote) in listeners:
                 reached.add(s.rank)
-                # the far end, if a rank listens there, was reached too
-                reached.update(o.rank for o in waiting for d in o.digest.proc.connections
-                               if d.state == "LISTEN" and _port(d.local) == _port(c.remote))
+                reached |= listeners[_port(c.remote)]  # whoever listens there was reached too
     # a rank with no socket at all is judged too: torch's store client closes its socket
     # between attempts and sleeps a backoff that grows past strace's window (store_unreachable:
     # no socket, no connect() in 2 s); only a rank whose descriptors could not be read is not
     judged = [s for s in waiting
-              if s.digest.proc.connections or (_failed_connects(s.digest.proc) or (0, 0, 0))[1]
+              if s.digest.proc.connections or _failed_connects(s.digest.proc)[1]
               or not any("/fd" in e for e in s.digest.proc.errors)]
     alone = [s for s in judged if s.rank not in reached]
     return alone if alone and reached else []
@@ -1903,7 +1904,7 @@ def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: s
         tried = _failed_connects(s.digest.proc)
         sockets = ", ".join(f"{c.local} {c.state}" for c in s.digest.proc.connections[:3])
         line = f"rank {s.rank}: no established connection to any rank ({sockets or 'no socket'})"
-        if tried and tried[0]:
+        if tried[0]:
             line += f"; {tried[0]} of {tried[1]} connect() calls failed in {tried[2]:.1f} s of strace"
         line += _connect_phrase(s.digest.proc)  # a connect nothing answers (a firewall)
         evidence.append(line)
@@ -1923,7 +1924,7 @@ def _unjoined_straggler(alone: list[_Status], joined: list[_Status], severity: s
             f"unsure which side is wrong: as many ranks or more cannot reach the store as joined it; "
             f"the address or port that {_ranks_label(s.rank for s in joined)} met at may be "
             "the wrong one (the store's host took it from its own node)")
-    failing = any((_failed_connects(s.digest.proc) or (0, 0, 0))[0] for s in alone)
+    failing = any(_failed_connects(s.digest.proc)[0] for s in alone)
     why = ("their connect() calls fail" if failing
            else "nothing answers their connection requests"
            if any(_connects(s.digest.proc) for s in alone) else "they hold no connection to it")
@@ -1992,16 +1993,18 @@ def _link_phrase(links: list[tuple[_Status, StalledConnection, _Status]]) -> tup
     return f"the network between {between} loses packets", evidence
 
 
-def _stalled_network(verdict: Verdict, links: list[tuple[_Status, StalledConnection, _Status]]
-                     ) -> Verdict:
-    """Every rank waits in one collective and a link between two of them holds data that is
-    never acknowledged: the network is to blame, at that link."""
+def _stalled_network(verdict: Verdict, statuses: list[_Status],
+                     links: list[tuple[_Status, StalledConnection, _Status]]) -> Verdict:
+    """Every rank at one place (all_waiting) and a link between two of them holds data that
+    is never acknowledged: the network is to blame, at that link."""
     phrase, evidence = _link_phrase(links)
     ranks = sorted({s.rank for a, _, b in links for s in (a, b)})
+    head = statuses[0]
+    where = f"waits in {_where(head)}" if head.status == "waiting" else f"is {_where(head)}"
     return replace(
         verdict,
-        summary=verdict.summary.split(": the cause is below Python")[0] + f": {phrase} "
-        f"(data between {_ranks_label(ranks)} sent and never acknowledged)",
+        summary=f"every known rank ({format_int_ranges(s.rank for s in statuses)}) {where}: "
+        f"{phrase} (data between {_ranks_label(ranks)} sent and never acknowledged)",
         culprit_ranks=tuple(ranks),
         evidence=tuple(evidence) + verdict.evidence,
         next_step=NEXT_STEPS["stalled_link"],
@@ -2324,7 +2327,7 @@ def _hang_verdicts(
     links = _stalled_links(statuses)
     if links and verdicts:
         if verdicts[0].kind == VerdictKind.ALL_WAITING:
-            verdicts[0] = _stalled_network(verdicts[0], links)
+            verdicts[0] = _stalled_network(verdicts[0], statuses, links)
         else:  # the network may be a consequence here (a node gone) or a second problem
             phrase, lines = _link_phrase(links)
             verdicts[0] = _with_evidence(verdicts[0], [f"also: {phrase}", *lines])
