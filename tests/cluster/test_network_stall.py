@@ -108,5 +108,5 @@ def test_a_node_that_cannot_reach_the_store_is_named_in_the_rendezvous(cluster, 
     assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,)), (verdict.kind,
                                                                            verdict.summary)
     assert verdict.summary.startswith("rank 2 never reached the rendezvous"), verdict.summary
-    assert verdict.sites[0].endswith("store_unreachable.py:26"), verdict.sites
+    assert verdict.sites[0].endswith("store_unreachable.py:24"), verdict.sites
     assert "MASTER_ADDR" in verdict.next_step

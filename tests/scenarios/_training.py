@@ -36,7 +36,7 @@ def all_reduce_gradients(model: nn.Module) -> None:
     """Average gradients over all ranks with a single flattened all_reduce."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)  # WAITING # CULPRIT (link_blackholed: every rank waits here)
+    dist.all_reduce(flat)  # WAITING
     flat /= dist.get_world_size()
     offset = 0
     for grad in grads:

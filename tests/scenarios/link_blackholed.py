@@ -26,7 +26,7 @@ def main() -> None:
     harness.init_distributed(info)
     model = training.build_model()
     for step in range(STEPS):
-        loss = training.train_step(model, training.synthetic_batch(info.rank, step))
+        loss = training.train_step(model, training.synthetic_batch(info.rank, step))  # CULPRIT
         harness.log(info, f"step {step} loss {loss:.4f}")
         if step == READY_AFTER:
             harness.report_ready(info, "training (the fault comes next)", role="waiting")

@@ -38,7 +38,7 @@ def join_job(info: harness.RankInfo, stale_node: int) -> None:
     os.environ["MASTER_ADDR"] = harness.master_address()
     os.environ["MASTER_PORT"] = str(rendezvous_port(info, stale_node))
     timeout = harness.PROCESS_GROUP_TIMEOUT
-    dist.init_process_group("gloo", rank=info.rank, world_size=info.world_size, timeout=timeout)  # CULPRIT # WAITING
+    dist.init_process_group("gloo", rank=info.rank, world_size=info.world_size, timeout=timeout)  # CULPRIT
 
 
 def main(stale_node: int = STALE_NODE) -> None:
@@ -46,7 +46,7 @@ def main(stale_node: int = STALE_NODE) -> None:
     stale = info.node_rank == stale_node
     harness.report_ready(info, "init_process_group (stale port)" if stale else "init_process_group",
                          role="culprit" if stale else "waiting")
-    join_job(info, stale_node)
+    join_job(info, stale_node)  # WAITING
     harness.train_plainly(info, range(1000))
 
 

@@ -17,13 +17,17 @@ import _harness as harness
 import torch.distributed as dist
 
 
-def main() -> None:
-    info = harness.setup()
+def join_job(info: harness.RankInfo) -> None:
     os.environ["MASTER_ADDR"] = os.environ["SLURMDIAG_SCENARIO_MASTER_ADDR"]
     os.environ["MASTER_PORT"] = str(harness.derived_ports(harness.job_id())[0])
-    harness.report_ready(info, "init_process_group", role="waiting")
     timeout = harness.PROCESS_GROUP_TIMEOUT
-    dist.init_process_group("gloo", rank=info.rank, world_size=info.world_size, timeout=timeout)  # CULPRIT # WAITING
+    dist.init_process_group("gloo", rank=info.rank, world_size=info.world_size, timeout=timeout)  # CULPRIT
+
+
+def main() -> None:
+    info = harness.setup()
+    harness.report_ready(info, "init_process_group", role="waiting")
+    join_job(info)  # WAITING
     harness.train_plainly(info, range(100000))
 
 
