@@ -105,8 +105,10 @@ def produced_verdict(snapshot: Mapping[str, Any]) -> Produced:
 
 
 def _same_path(produced: str, expected: str) -> bool:
-    """A produced frame path (absolute, on the node) names the truth's repo-relative path."""
-    return produced == expected or produced.endswith("/" + expected)
+    """A produced frame path (absolute, on the node) names the truth's repo-relative path,
+    itself or through a link (`installed_package` links the package into a site-packages)."""
+    return any(path == expected or path.endswith("/" + expected)
+               for path in (produced, os.path.realpath(produced)))
 
 
 def site_matches(site: str, truth: Mapping[str, Any]) -> bool:

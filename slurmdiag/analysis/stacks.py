@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -31,11 +33,13 @@ __all__ = [
     "StackMerge",
     "StackTable",
     "classify_frame",
+    "entry_root",
     "format_int_ranges",
     "frame_site",
     "function_site",
     "is_idle_thread",
     "is_user_file",
+    "job_code",
     "main_thread",
     "merge_stacks",
     "pick_main_thread",
@@ -148,6 +152,24 @@ _PY_LIB_RE = re.compile(r"/lib(?:64)?/(?:pypy|python)\d+(?:\.\d+)?[a-z]?/")
 _MARKERS = ("/site-packages/", "/dist-packages/")
 
 
+# The job's own code installed as a package (`pip install .` in an image, a console script,
+# `python -m trainpkg` under torchrun): its frames sit in site-packages like any library's.
+# The roots (".../site-packages/trainpkg") of the packages the ranks' programs start in, for
+# the snapshot being analysed (``job_code``); empty outside one.
+_OWN_ROOTS: ContextVar[frozenset[str]] = ContextVar("slurmdiag_own_roots", default=frozenset())
+
+
+def _installed_root(p: str) -> tuple[str, str] | None:
+    """(root, path from the import root) of a site-packages file: (".../site-packages/pkg",
+    "pkg/mod.py"); a single-module install's root ends in its module's name."""
+    for marker in _MARKERS:
+        at = p.rfind(marker)
+        if at >= 0:
+            relative = p[at + len(marker) :]
+            return p[: at + len(marker)] + relative.split("/", 1)[0].removesuffix(".py"), relative
+    return None
+
+
 def _module_path(path: str) -> tuple[str, bool]:
     """(path relative to the import root, is_user) for a frame's file name."""
     if not path:
@@ -157,10 +179,9 @@ def _module_path(path: str) -> tuple[str, bool]:
         # (`python -c`, stdin) is the user's own.
         return path, path in ("<string>", "<stdin>")
     p = path.replace("\\", "/")
-    for marker in _MARKERS:
-        at = p.rfind(marker)
-        if at >= 0:
-            return p[at + len(marker) :], False
+    installed = _installed_root(p)
+    if installed is not None:
+        return installed[1], installed[0] in _OWN_ROOTS.get()
     match = _PY_LIB_RE.search(p)
     if match:
         return p[match.end() :], False
@@ -186,6 +207,89 @@ def is_user_file(path: str) -> bool:
 def library_path(path: str) -> str:
     """A library frame's file relative to its import root: torch/utils/file_baton.py."""
     return _module_path(path)[0]
+
+
+def _entry_root(thread: ThreadStack) -> str | None:
+    return entry_root(thread.frames)
+
+
+def entry_root(frames: Sequence[Frame]) -> str | None:
+    """The installed package a main thread's program starts in (``frames`` innermost first, as
+    a stack or a traceback), when nothing of the job's own (a file outside site-packages)
+    comes before it and it is no known library.
+
+    Walked outermost first, past what starts a program rather than being it: the stdlib's
+    frames (runpy, multiprocessing's spawn), known libraries' (submitit, torch's spawn),
+    ``python -c``, and a console script's stub (no .py: pip's ``from trainpkg.cli import main;
+    sys.exit(main())``)."""
+    outermost = True
+    for frame in reversed(frames):
+        if frame.native:
+            continue
+        if outermost and frame.function == "_bootstrap":  # a thread's, not the program's
+            return None
+        outermost = False
+        key = (frame.file, frame.function)
+        step = _ENTRY_STEPS.get(key)
+        if step is None:
+            step = _entry_step(frame.file, frame.function)
+            if len(_ENTRY_STEPS) < 100_000:
+                _ENTRY_STEPS[key] = step
+        if step != _PAST:
+            return step or None
+    return None
+
+
+_PAST = "past"  # a frame that starts the program: look at the next one
+_ENTRY_STEPS: dict[tuple[str, str], str] = {}
+
+
+def _entry_step(file: str, function: str) -> str:
+    """One frame of ``entry_root``'s walk: _PAST, the root of the job's installed package, or
+    "" (the job's own file, or anything else: no package to claim)."""
+    if file.startswith("<"):
+        launches = file.startswith("<frozen") or (
+            file in ("<string>", "<stdin>") and function == "<module>")
+        return _PAST if launches else ""
+    path = file.replace("\\", "/")
+    installed = _installed_root(path)
+    if installed is not None:
+        package = installed[0].rsplit("/", 1)[1]
+        if package in _LIBRARY_PACKAGES or package in _LIBRARY_DIRS or package in _STDLIB:
+            return _PAST
+        return installed[0]
+    if not _module_path(path)[1]:  # the stdlib
+        return _PAST
+    if function == "<module>" and not path.endswith(".py"):  # a console script's stub
+        return _PAST
+    return ""
+
+
+def own_package_roots(ranks: Iterable[Rank]) -> frozenset[str]:
+    """The installed packages the ranks' programs start in (``_entry_root`` of each rank's
+    first stack of its first sample that has one): the job's own code."""
+    roots = set()
+    for rank in ranks:
+        for sample in rank.samples:
+            if sample.threads:
+                root = next((r for r in map(_entry_root, sample.threads) if r), None)
+                if root:
+                    roots.add(root)
+                break
+    return frozenset(roots)
+
+
+@contextmanager
+def job_code(snapshot: Snapshot) -> Iterator[frozenset[str]]:
+    """Within it, frames of the installed packages the job's programs start in are the job's
+    own (``is_user_file``, frame kinds, sites): a training package installed with pip and run
+    by its console script or ``python -m`` is the user's code, not a library."""
+    roots = own_package_roots(r for n in snapshot.nodes for r in n.ranks)
+    token = _OWN_ROOTS.set(roots)
+    try:
+        yield roots
+    finally:
+        _OWN_ROOTS.reset(token)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -547,11 +651,11 @@ def _traits(file: str, function: str, native: bool) -> _FrameTraits:
     return _FrameTraits("user", True)
 
 
-_TRAITS_CACHE: dict[tuple[str, str, bool], _FrameTraits] = {}
+_TRAITS_CACHE: dict[tuple[str, str, bool, frozenset[str]], _FrameTraits] = {}
 
 
 def _frame_traits(frame: Frame) -> _FrameTraits:
-    key = (frame.file, frame.function, frame.native)
+    key = (frame.file, frame.function, frame.native, _OWN_ROOTS.get())
     traits = _TRAITS_CACHE.get(key)
     if traits is None:
         traits = _traits(frame.file or "", frame.function or "", frame.native)

@@ -66,6 +66,7 @@ from slurmdiag.analysis.stacks import (
     frame_site,
     function_site,
     is_user_file,
+    job_code,
     library_path,
     main_thread,
     merge_stacks,
@@ -2765,6 +2766,11 @@ def _settled_tail(snapshot: Snapshot, merge: StackMerge, anywhere: bool
 
 def diagnose(snapshot: Snapshot) -> Analysis:
     """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
+    with job_code(snapshot):  # a training package installed with pip is the job's own code
+        return _diagnose(snapshot)
+
+
+def _diagnose(snapshot: Snapshot) -> Analysis:
     merge = merge_stacks(snapshot)
     layout = _expected_ranks(snapshot, merge)
     statuses = _program_on_a_thread(_through_a_thread([_status(merge, d) for d in merge.digests]))

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from slurmdiag.analysis.stacks import is_user_file
+from slurmdiag.analysis.stacks import entry_root, is_user_file
 from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.post_mortem.cores import CoreStack
 from slurmdiag.post_mortem.logs import order_key
 from slurmdiag.post_mortem.record import SlurmRecord
 from slurmdiag.slurm.sacct import signal_name
-from slurmdiag.snapshot import LogFinding, Verdict
+from slurmdiag.snapshot import Frame, LogFinding, Verdict
 from slurmdiag.vocabulary import VerdictKind
 
 # What an event says about its rank: a cause, or a consequence of another rank's end.
@@ -53,10 +53,17 @@ def _label(ranks: Iterable[int]) -> str:
 
 
 def _user_site_of_frames(frames_text: str) -> str | None:
-    for entry in reversed(frames_text.splitlines()):
-        path, _, rest = entry.partition(":")
-        if path and is_user_file(path):
-            return f"{path}:{rest.partition(':')[0]}"
+    """The innermost frame of the job's own code in a traceback (``path:line:function`` lines,
+    innermost last): outside site-packages, or in the installed package the program starts in
+    (``entry_root``: a console script's or ``python -m``'s)."""
+    entries = [(path, rest.partition(":")) for path, _, rest in
+               (entry.partition(":") for entry in frames_text.splitlines())]
+    root = entry_root([Frame(function=function, file=path)
+                       for path, (_, _, function) in reversed(entries)])
+    for path, (line, _, _) in reversed(entries):
+        if path and (is_user_file(path) or (root is not None and (
+                path.startswith(root + "/") or path == root + ".py"))):
+            return f"{path}:{line}"
     return None
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from slurmdiag import _version
 from slurmdiag.analysis.model import Analysis, ClassifiedFrame, StackClass, TreeNode
 from slurmdiag.analysis.nic import ib_port_active
-from slurmdiag.analysis.stacks import is_user_file
+from slurmdiag.analysis.stacks import is_user_file, job_code
 from slurmdiag.hostlist import compress_hostlist, format_int_ranges
 from slurmdiag.parsers.infiniband import IB_PHYS_LINK_UP, parse_sysfs_ib_phys_state
 from slurmdiag.safeio import atomic_write, decimal_int, iter_job_lines, job_uid
@@ -512,6 +512,13 @@ def build_view(
     snapshot: Snapshot, analysis: Analysis, *, source_lines: Mapping[str, str]
 ) -> ReportView:
     """Turn snapshot + analysis into the plain values the template draws."""
+    with job_code(snapshot):  # the analysis' own rule for the job's installed package
+        return _build_view(snapshot, analysis, source_lines)
+
+
+def _build_view(
+    snapshot: Snapshot, analysis: Analysis, source_lines: Mapping[str, str]
+) -> ReportView:
     ctx = _Context(snapshot, analysis, source_lines)
     sections, groups = _node_views(ctx)
     classes = tuple(_class_view(ctx, i, c) for i, c in enumerate(analysis.classes[:MAX_CLASS_ROWS]))

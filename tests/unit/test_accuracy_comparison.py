@@ -59,6 +59,21 @@ def test_site_matches_function_for_a_moving_culprit(site, right):
     assert site_matches(site, truth) is right
 
 
+def test_site_matches_through_a_link(tmp_path):
+    # GIVEN a package linked into a site-packages (installed_package), as the frames name it
+    source = tmp_path / "repo" / "tests" / "scenarios" / "trainkit"
+    source.mkdir(parents=True)
+    (source / "shards.py").write_text("")
+    site_packages = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site_packages.mkdir(parents=True)
+    (site_packages / "trainkit").symlink_to(source)
+    truth = {"culprit_site": "tests/scenarios/trainkit/shards.py:20", "culprit_function": None}
+    # THEN the link's path names the truth's file; another installed file does not
+    assert site_matches(f"{site_packages}/trainkit/shards.py:20", truth)
+    assert not site_matches(f"{site_packages}/trainkit/loop.py:20", truth)
+    assert not site_matches(f"{site_packages}/trainkit/shards.py:21", truth)
+
+
 # ---------------------------------------------------------------- real snapshots
 
 def test_wrong_culprits_in_a_real_snapshot_are_counted_wrong():

@@ -1,0 +1,160 @@
+"""The job's own code installed into site-packages (pip install ., a console script,
+`python -m pkg`) is the job's, not a library's; libraries stay libraries."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from snapfactory import (
+    C10D,
+    C10D_LOGGER,
+    SITE,
+    STDLIB,
+    TRAIN,
+    node,
+    rank,
+    recorded,
+    snap,
+    stack,
+    thread,
+)
+
+from slurmdiag.analysis import analyze
+from slurmdiag.analysis.stacks import is_user_file, job_code, own_package_roots
+from slurmdiag.post_mortem.logs import parse_rank_log
+from slurmdiag.post_mortem.record import SlurmRecord
+from slurmdiag.post_mortem.verdicts import postmortem_verdicts
+from slurmdiag.report.render import build_view
+from slurmdiag.slurm.sacct import AcctRecord
+from slurmdiag.snapshot import Snapshot
+
+PKG = f"{SITE}/trainkit"
+STUB = "/opt/venv/bin/trainkit-train"
+
+
+def test_recorded_console_script_job_names_the_packages_line():
+    # GIVEN the real installed_package job: every frame of the job's code under site-packages,
+    # run by pip's console-script stub; rank 2 polls for a marker, 0, 1, 3 in the all_reduce
+    snapshot = recorded("installed_package.default.console_script")
+    verdict = analyze(snapshot).verdicts[0]
+    # THEN rank 2 is the straggler at the package's poll line, not at the stub's main() call
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (2,)
+    assert verdict.sites[0].endswith("/site-packages/trainkit/shards.py:19")
+    assert "bin/trainkit-train" not in verdict.summary
+    # and the package is the job's only within the analysis of that job
+    roots = own_package_roots(r for n in snapshot.nodes for r in n.ranks)
+    assert {root.rsplit("/", 1)[1] for root in roots} == {"trainkit"}
+    assert not is_user_file(next(iter(roots)) + "/shards.py")
+
+
+def _moved(snapshot: Snapshot, into: str) -> Snapshot:
+    """The recorded job with its scenario files moved into a site-packages package."""
+    return Snapshot.from_json(re.sub(r'"/[^"]*/tests/scenarios/', f'"{into}/', snapshot.to_json()))
+
+
+@pytest.mark.parametrize("name", ["store_wait.samples1.caught_awake",
+                                  "cache_lock_barrier.default.file_lock",
+                                  "module_lock_deadlock.default"])
+def test_a_package_run_as_a_module_keeps_the_verdict_of_its_checkout(name):
+    # GIVEN a recorded job and the same job with its program in an installed package (the
+    # program's own frame included: `python -m trainpkg.prog`, as torchrun's workers run it)
+    original = recorded(name)
+    installed = _moved(original, f"{SITE}/trainpkg")
+    before, after = analyze(original).verdicts[0], analyze(installed).verdicts[0]
+    # THEN the same culprit, kind and line, in the installed file (store_wait: culprits 0-3 and
+    # the waiting ranks' line when the package was a library; cache_lock_barrier: torch's line)
+    assert (after.kind, after.culprit_ranks) == (before.kind, before.culprit_ranks)
+    assert after.sites[0] == f"{SITE}/trainpkg/" + before.sites[0].partition("/tests/scenarios/")[2]
+
+
+def _ranks(stacks):
+    return snap(node("n1", *(rank(r, s, s) for r, s in enumerate(stacks))))
+
+
+def _waiting(caller: str) -> tuple:
+    return stack(f"all_reduce {C10D}:2501", f"wrapper {C10D_LOGGER}:83", caller,
+                 f"main {PKG}/cli.py:30", f"<module> {STUB}:8")
+
+
+def test_console_script_entry_claims_its_package_only():
+    stub_stack = _waiting(f"train_step {PKG}/loop.py:28")
+    roots = own_package_roots(_ranks([stub_stack]).nodes[0].ranks)
+    assert roots == {PKG}
+
+
+def test_a_script_of_the_job_calling_an_installed_library_leaves_it_a_library():
+    # GIVEN train.py (outside site-packages) calling an unknown installed library that blocks
+    blocked = stack(f"wait {STDLIB}/threading.py:320", f"fetch {SITE}/shardlib/client.py:88",
+                    f"load {TRAIN}:44", f"main {TRAIN}:80", f"<module> {TRAIN}:90")
+    waiting = stack(f"all_reduce {C10D}:2501", f"wrapper {C10D_LOGGER}:83",
+                    f"train_step {TRAIN}:50", f"main {TRAIN}:80", f"<module> {TRAIN}:90")
+    snapshot = _ranks([waiting, blocked, waiting, waiting])
+    # THEN no package is the job's, and the culprit's site is the script's call
+    assert own_package_roots(snapshot.nodes[0].ranks) == frozenset()
+    verdict = analyze(snapshot).verdicts[0]
+    assert verdict.culprit_ranks == (1,) and verdict.sites[0] == f"{TRAIN}:44"
+
+
+def test_an_installed_librarys_thread_or_a_known_library_entry_claims_nothing():
+    # a metrics library's own thread (threading's bootstrap first), a known library's entry
+    # (torch's launcher run in-process), the stdlib's: none of them the job's
+    helper = stack(f"_send {SITE}/metricslib/agent.py:40", f"run {STDLIB}/threading.py:982",
+                   f"_bootstrap_inner {STDLIB}/threading.py:1045",
+                   f"_bootstrap {STDLIB}/threading.py:1002")
+    torch_entry = stack(f"main {SITE}/torch/distributed/run.py:900",
+                        "_run_module_as_main <frozen runpy>:198")
+    main = stack(f"train_step {TRAIN}:50", f"<module> {TRAIN}:90")
+    r = rank(0, main, extra_threads=[thread(helper, name="agent", thread_id=2)])
+    assert own_package_roots([r, rank(1, torch_entry)]) == frozenset()
+
+
+def test_submitit_and_python_c_entries_claim_the_package_they_call():
+    submitted = stack(f"wait_for_export {PKG}/shards.py:19", f"main {PKG}/cli.py:30",
+                      f"__call__ {SITE}/submitit/core/utils.py:161",
+                      f"process_job {SITE}/submitit/core/submission.py:65",
+                      f"<module> {SITE}/submitit/core/_submit.py:11",
+                      f"_run_code {STDLIB}/runpy.py:88",
+                      f"_run_module_as_main {STDLIB}/runpy.py:198")
+    dash_c = stack(f"main {SITE}/trainkit2/cli.py:30", "<module> <string>:1")
+    roots = own_package_roots([rank(0, submitted), rank(1, dash_c)])
+    assert roots == {PKG, f"{SITE}/trainkit2"}
+
+
+def test_the_report_marks_the_installed_package_as_the_jobs_code():
+    snapshot = recorded("installed_package.default.console_script")
+    view = build_view(snapshot, analyze(snapshot), source_lines={})
+    frames = [f for section in view.sections for row in section.ranks if row.detail
+              for t in row.detail.threads for run in t.runs for f in run.frames]
+    mine = {f.is_user for f in frames if "/site-packages/trainkit/" in f.location}
+    assert mine == {True}
+    with job_code(snapshot) as roots:
+        root = min(roots)  # one a task: run_installed.sh gives each task its own prefix
+        assert is_user_file(f"{root}/shards.py") and not is_user_file(f"{SITE}/torch/nn/f.py")
+    assert not is_user_file(f"{root}/shards.py")  # outside the job's analysis: a library
+
+
+CRASH_LOG = """\
+1: Traceback (most recent call last):
+1:   File "/opt/venv/bin/trainkit-train", line 8, in <module>
+1:     sys.exit(main())
+1:              ^^^^^^
+1:   File "/opt/venv/lib/python3.11/site-packages/trainkit/cli.py", line 30, in main
+1:     shards.refresh_index(shards.export_marker())
+1:   File "/opt/venv/lib/python3.11/site-packages/trainkit/shards.py", line 24, in refresh_index
+1:     return sum(1 for _ in marker.parent.glob("*.tar")) // per_rank
+1:   File "/opt/venv/lib/python3.11/site-packages/torch/_tensor.py", line 41, in wrapped
+1:     return f(*args, **kwargs)
+1: ZeroDivisionError: integer division or modulo by zero
+srun: error: node2: task 1: Exited with exit code 1
+"""
+
+
+def test_a_crash_in_the_installed_package_names_the_packages_line():
+    # GIVEN a dead job's log: rank 1 raised inside its installed package, run by its stub
+    findings, tails, _ = parse_rank_log(CRASH_LOG, "job.out")
+    job = AcctRecord(job_id="7", step=None, state="FAILED", exit_code=1)
+    verdicts = postmortem_verdicts(SlurmRecord(job=job), findings, (), tails, 2)
+    # THEN the site is the package's line, not the stub's call nor torch's frame
+    assert verdicts[0].culprit_ranks == (1,)
+    assert verdicts[0].sites == ("/opt/venv/lib/python3.11/site-packages/trainkit/shards.py:24",)
