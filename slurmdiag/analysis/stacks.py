@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -1186,8 +1187,16 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
 
 
 def _moving_key(table: StackTable, stack_ids: Iterable[int]) -> tuple[FrameKey, ...]:
-    """Common outermost prefix of the stacks, plus (file, function) where they first differ."""
+    """Common outermost prefix of the stacks, plus (file, function) where they first differ.
+
+    A stack torn by py-spy reading a running process (its outer frames missing: seen as
+    `[Random.choice, <genexpr>]` between two whole stacks of a rank at 100% CPU) is not rooted
+    where the others are: the stacks whose outermost frame most of them share decide."""
     stacks = [table[sid].keys[::-1] for sid in dict.fromkeys(stack_ids)]
+    outermost = Counter(s[0] for s in stacks if s)
+    if len(outermost) > 1:
+        common = outermost.most_common(1)[0][0]
+        stacks = [s for s in stacks if s and s[0] == common]
     shortest = min(len(s) for s in stacks)
     depth = 0
     while depth < shortest and all(s[depth] == stacks[0][depth] for s in stacks):

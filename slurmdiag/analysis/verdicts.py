@@ -336,6 +336,7 @@ class _Status:
     via: str | None = None  # waiting through another thread: "thread T; its main thread ..."
     ended: bool = False  # its main thread is past its program's end (program_ended)
     on_a_thread: bool = False  # waiting in a collective through another thread than main
+    waits_for: int | None = None  # the rank it waits for, when known (a file lock's holder)
 
     @property
     def rank(self) -> int:
@@ -1323,7 +1324,20 @@ def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     if any(s.members and not roots <= set(s.members) for s in waiting):
         return False
     return all(s.op in ("barrier", "monitored_barrier") or s.op in STARTUP_OPS
-               or (s.op in _ROOTED and _root_of(s) in roots) for s in waiting)
+               or (s.op in _ROOTED and _root_of(s) in roots)
+               or (s.op == LOCK_WAIT_OP and s.waits_for in roots)
+               or (s.op == PEER_WAIT_OP and _polls_a_socket(s)) for s in waiting)
+
+
+def _polls_a_socket(s: _Status) -> bool:
+    """A peer wait in a socket wait of its own (poll, select, a receive), not a futex: a
+    TCPStore ``wait``/``get`` for a key a rank will set, or a receive from a peer, as when
+    the others wait in a barrier (healthy_store_prepare: rank 2 builds the dataset index for
+    minutes, then sets the key). An asynchronous collective's ``Work.wait()`` waits on a
+    futex (gloo's threads do its I/O): the step's own collective, as late for a spinner as an
+    all_reduce, not this."""
+    wchan = s.digest.proc.wchan or ""
+    return "futex" not in wchan and any(needle in wchan for needle in _SOCKET_WCHAN)
 
 
 def _gated_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
@@ -1338,6 +1352,18 @@ def _gated_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
         why = (f"{works} before joining the process group while the others wait for it in "
                f"{waiting[0].op}: a rank that prepares alone before it joins (indexing its "
                "shard, downloading, compiling) looks the same as one that loops")
+    elif all(s.op == LOCK_WAIT_OP for s in waiting):
+        phase = "a build under a file lock or a hang"
+        why = (f"{works} holding the file lock the others wait for: the shape of one rank "
+               "building a shared cache under its lock (FileLock, flock) while the others "
+               "wait to reuse it, which lasts as long as the build; an endless loop there "
+               "looks the same")
+    elif any(s.op == PEER_WAIT_OP for s in waiting):
+        phase = "a rank-gated phase or a hang"
+        why = (f"{works} while the others wait on a socket of their own (a TCPStore key it "
+               "is to set, a reply from it: `store.wait`, `store.get`): the shape of a rank "
+               "preparing alone what the others wait for, which lasts as long as its work; "
+               "an endless loop there looks the same")
     else:
         phase = "a rank-gated phase or a hang"
         why = (
@@ -2209,6 +2235,8 @@ def _hang_verdicts(
         ], False
 
     held = _lock_waits(statuses)  # before peer waits turn its waiters into "waiting"
+    if not held:
+        statuses = _waits_for_lock_holders(statuses)
     statuses, peer_note = _peer_waits(statuses)
     statuses, group_notes = _with_groups(statuses, layout.world_size)
     by_status: dict[str, list[_Status]] = {}
@@ -2381,10 +2409,12 @@ def _caught_awake(s: _Status) -> bool:
     )
 
 
-def _lock_waits(statuses: list[_Status]) -> dict[int, tuple[_Status, FileLock]]:
+def _lock_waits(statuses: list[_Status], holders_in: tuple[str, ...] = ("waiting", "blocked"),
+                ) -> dict[int, tuple[_Status, FileLock]]:
     """{rank: (the rank holding the file lock it waits for, that lock)} of the ranks blocked
     on a file lock another rank holds while that rank is stuck itself (in a collective, or
-    blocked): a deadlock across ranks (cache_lock_barrier: a FileLock held across a barrier).
+    blocked; ``holders_in``): a deadlock across ranks (cache_lock_barrier: a FileLock held
+    across a barrier).
     The holder is the pid the waiter's node names (/proc/locks), else the one rank whose
     node reports that inode held (a shared filesystem's lock held on another node; the path
     must agree when both are known). A holder that works (a rank writing a shared log under
@@ -2413,10 +2443,36 @@ def _lock_waits(statuses: list[_Status]) -> dict[int, tuple[_Status, FileLock]]:
                                              None in (mine.path, lock.path)
                                              or mine.path == lock.path)]
                 holder = others[0] if len({h.rank for h in others}) == 1 else None
-            if holder is not None and holder is not s and holder.status in ("waiting", "blocked"):
+            if holder is not None and holder is not s and holder.status in holders_in:
                 found[s.rank] = (holder, lock)
                 break
     return found
+
+
+LOCK_WAIT_OP = "a file lock"
+
+
+def _waits_for_lock_holders(statuses: list[_Status]) -> list[_Status]:
+    """Ranks blocked on a file lock that a working rank holds wait for that rank, as others
+    wait in a barrier for a rank-gated phase (healthy_cache_lock_build: the first rank builds
+    the shared cache under its lock for minutes, the others block in flock() until it is
+    done): *waiting* in LOCK_WAIT_OP, ``waits_for`` the holder. Blocked, they were taken for
+    stragglers and the holder for a spinner. What would make it lie: a holder in an endless
+    loop under its lock, which a short look cannot tell from a long build (said so)."""
+    waits = _lock_waits(statuses, ("busy",))
+    if not waits:
+        return statuses
+    out = []
+    for s in statuses:
+        if s.rank not in waits:
+            out.append(s)
+            continue
+        holder, lock = waits[s.rank]
+        out.append(replace(
+            s, status="waiting", kind="peer", op=LOCK_WAIT_OP, waits_for=holder.rank,
+            position=("lock", lock.inode, s.site),
+            via=f"on {lock.path or 'inode ' + str(lock.inode)}, held by rank {holder.rank}"))
+    return out
 
 
 def _lock_deadlock(statuses: list[_Status], held: dict[int, tuple[_Status, FileLock]],

@@ -1,0 +1,77 @@
+"""A rank that works while the others wait for its file lock or its store key is a rank-gated
+phase (said as info: a long phase and an endless loop look the same), not a straggler pile or
+a spinner; the step's own collective, even asynchronous, keeps a spinner a spinner."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from snapfactory import in_user, map_rank, node, rank, recorded, snap, spinning_in
+
+from slurmdiag.analysis import analyze
+from slurmdiag.snapshot import Sample, ThreadStack
+
+
+def test_ranks_waiting_for_a_working_holders_file_lock_are_a_gated_build():
+    # GIVEN the real healthy_cache_lock_build look: rank 0 builds the cache holding the lock,
+    # ranks 1-3 blocked in flock() for it (/proc/locks names rank 0's pid)
+    verdict = analyze(recorded("healthy_cache_lock_build.default.torn")).verdicts[0]
+    # THEN no alarm: a build under a file lock or a hang, rank 0 named, the lock's holder said
+    assert verdict.kind == "slow_step" and verdict.severity == "info"
+    assert verdict.culprit_ranks == (0,)
+    assert verdict.summary.startswith("a build under a file lock or a hang, cannot tell")
+    assert "held by rank 0" in verdict.summary and "tokens.lock" in verdict.summary
+    # and the holder's site survives its torn sample (py-spy's read of a running process)
+    assert verdict.sites and verdict.sites[0].endswith("rank0_prepare_barrier.py:"
+                                                       "build_vocabulary.<locals>.<genexpr>")
+
+
+def test_a_holder_that_idles_under_its_lock_is_still_the_culprit():
+    # GIVEN the same look, rank 0 now asleep under the lock (blocked, no CPU): a real hang
+    snapshot = recorded("healthy_cache_lock_build.default.torn")
+    asleep = in_user(48, "main", "/work/main/tests/scenarios/healthy_cache_lock_build.py")
+    sleeping = map_rank(snapshot, 0, lambda r: replace(
+        r, state="S", cpu_percent=0.0, wchan="hrtimer_nanosleep", samples=tuple(
+            replace(x, cpu_s=1.0, threads=tuple(
+                replace(t, frames=asleep, active=False, owns_gil=False, cpu_s=5.0)
+                if t.os_thread_id == r.pid else t for t in x.threads))
+            for x in r.samples)))
+    verdict = analyze(sleeping).verdicts[0]
+    # THEN it is blamed at a hang's severity, the waiters named as waiting for its lock
+    assert verdict.kind == "straggler" and verdict.severity == "critical"
+    assert verdict.culprit_ranks == (0,)
+
+
+def test_ranks_waiting_in_a_store_for_a_working_rank_are_a_gated_phase():
+    verdict = analyze(recorded("healthy_store_prepare.default")).verdicts[0]
+    assert verdict.kind == "slow_step" and verdict.severity == "info"
+    assert verdict.culprit_ranks == (2,)
+    assert verdict.summary.startswith("a rank-gated phase or a hang, cannot tell")
+
+
+def test_an_asynchronous_collectives_wait_keeps_the_spinner():
+    # GIVEN the same look with the waiting ranks on a futex (an async all_reduce's Work.wait:
+    # gloo's threads do the I/O), the shape of spinning_rank with async_op=True
+    snapshot = recorded("healthy_store_prepare.default")
+    for number in (0, 1, 3):
+        snapshot = map_rank(snapshot, number, lambda r: replace(r, wchan="futex_wait_queue"))
+    verdict = analyze(snapshot).verdicts[0]
+    # THEN rank 2 spins while the others wait: an alarm
+    assert verdict.kind == "spinning" and verdict.severity == "critical"
+    assert verdict.culprit_ranks == (2,)
+
+
+def test_a_torn_sample_does_not_cost_a_moving_rank_its_function():
+    # GIVEN a rank moving in sample_crop_box whose second sample lost its outer frames
+    whole = spinning_in("sample_crop_box", 41)
+    other = spinning_in("sample_crop_box", 43)
+    torn = whole[:1]
+    samples = [Sample(t=float(i), threads=(ThreadStack(name="MainThread", thread_id=1,
+                                                       os_thread_id=1003, active=True,
+                                                       owns_gil=True, frames=s),))
+               for i, s in enumerate((whole, torn, other))]
+    spinner = rank(3, *samples, pid=1003, state="R", cpu=99.0, active=True)
+    snapshot = snap(node("n1", spinner))
+    (view,) = analyze(snapshot).ranks
+    assert view.site is not None and view.site.endswith("train.py:sample_crop_box")
+
