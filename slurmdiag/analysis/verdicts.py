@@ -1378,6 +1378,24 @@ def _gated_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
         "process group's timeout if the phase is long by design"))
 
 
+def _finished_early(snapshot: Snapshot, layout: _Layout, waiting: list[_Status],
+                    blocked: list[_Status], busy: list[_Status], dead: list[_Status]) -> str:
+    """Why the ranks with no process are taken as finished ("" when they are not): every rank
+    left works, none waits for anyone (in a collective, on a peer) or is blocked, and the
+    missing ranks left no crash in the job's log (healthy_rank0_final_eval: training over,
+    rank 0 evaluates alone after the others returned). A crash leaves a traceback or srun's
+    exit code; a rank that returned too early is missed once a rank waits for it, which is
+    when the job hangs, not before."""
+    if not layout.missing or not busy or waiting or blocked or dead:
+        return ""
+    if _crashed_in_log(snapshot, layout.missing):
+        return ""
+    gone = layout.missing
+    return (f"{_ranks_label(gone)} {_verb(gone, 'has', 'have')} no process, left no error in "
+            f"the job's log, and no rank waits for {'it' if len(gone) == 1 else 'them'}: "
+            "taken as finished")
+
+
 def _crashed_in_log(snapshot: Snapshot, ranks: Sequence[int]) -> bool:
     """The job's log holds an exit code (srun's "task N: Exited with exit code C") or a
     traceback of one of ``ranks``, or a traceback of no rank (unprefixed: it may be theirs)."""
@@ -2302,6 +2320,9 @@ def _hang_verdicts(
     ended = all(s.ended for s in statuses)
     if ended and any(_works_at_exit(s) for s in statuses):
         return [_finishing(statuses, layout.missing)], False
+    finished = _finished_early(snapshot, layout, waiting, blocked, busy, dead)
+    if finished:
+        layout = replace(layout, missing=())
     verdicts: list[Verdict] = []
     # Every rank left is past its program's end: the ranks that have no process most likely
     # ended the same way (they finished; a crash leaves a traceback or an exit code in the
@@ -2341,6 +2362,8 @@ def _hang_verdicts(
         verdicts.append(_unsampled_straggler(unsampled, waiting))
     if not verdicts:
         verdicts.extend(_without_waiters(waiting, blocked, busy, severity))
+        if finished:
+            verdicts[0] = _with_evidence(verdicts[0], [finished])
     if verdicts and verdicts[0].kind in (VerdictKind.STRAGGLER, VerdictKind.SPINNING, VerdictKind.MISSING_RANK):
         positions = {s.position for s in waiting}
         if len(positions) > 1:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from snapfactory import in_user, map_rank, node, rank, recorded, snap, spinning_in
+from snapfactory import collective, in_user, map_rank, node, rank, recorded, snap, spinning_in
 
 from slurmdiag.analysis import analyze
-from slurmdiag.snapshot import Sample, ThreadStack
+from slurmdiag.snapshot import LogFinding, Sample, ThreadStack
 
 
 def test_ranks_waiting_for_a_working_holders_file_lock_are_a_gated_build():
@@ -75,3 +75,39 @@ def test_a_torn_sample_does_not_cost_a_moving_rank_its_function():
     (view,) = analyze(snapshot).ranks
     assert view.site is not None and view.site.endswith("train.py:sample_crop_box")
 
+
+
+# ---------------------------------------------------------------- ranks that finished
+
+
+def test_ranks_gone_while_the_rest_works_and_nobody_waits_finished():
+    # GIVEN the real healthy_rank0_final_eval look (--samples 1): ranks 1-3 returned and exited
+    # 0, rank 0 evaluates alone, no collective on its stack, nothing in the log
+    snapshot = recorded("healthy_rank0_final_eval.samples1")
+    verdict = analyze(snapshot).verdicts[0]
+    # THEN not hung (it was missing_rank 1-3, critical), the missing ranks said finished
+    assert verdict.kind == "progressing" and verdict.severity == "info"
+    assert any("ranks 1-3 have no process, left no error in the job's log" in line
+               for line in verdict.evidence)
+    assert analyze(snapshot).missing_ranks == (1, 2, 3)  # still listed as missing
+
+
+def test_ranks_gone_with_a_traceback_in_the_log_are_missing():
+    # GIVEN the same look with rank 2's traceback in the job's log: it crashed
+    snapshot = recorded("healthy_rank0_final_eval.samples1")
+    crash = LogFinding(source="job.out", line_no=40, kind="traceback", rank=2,
+                       text="RuntimeError: CUDA error: an illegal memory access",
+                       fields={"site": "/work/train.py:12", "exception": "RuntimeError"})
+    verdict = analyze(replace(snapshot, log_findings=(crash,))).verdicts[0]
+    # THEN the missing ranks are blamed
+    assert verdict.kind == "missing_rank" and set(verdict.culprit_ranks) >= {2}
+
+
+def test_ranks_gone_while_the_rest_waits_are_missing():
+    # GIVEN rank 0 of that look waiting in an all_reduce instead (dead_rank's shape)
+    snapshot = map_rank(recorded("healthy_rank0_final_eval.samples1"), 0, lambda r: replace(
+        r, state="S", cpu_percent=0.0, samples=tuple(replace(x, threads=tuple(
+            replace(t, frames=collective("all_reduce"), active=False, owns_gil=False)
+            if t.os_thread_id == r.pid else t for t in x.threads)) for x in r.samples)))
+    verdict = analyze(snapshot).verdicts[0]
+    assert verdict.kind == "missing_rank" and verdict.culprit_ranks == (1, 2, 3)
