@@ -172,6 +172,12 @@ STRAGGLER_STEPS = {
         "find what the rank reads or writes (strace -p PID, ls -l /proc/PID/fd): a hung "
         "filesystem or remote service; give the call a timeout or move it off the training path"
     ),
+    "debugger": (
+        "a breakpoint() or pdb.set_trace() left in the code stopped the rank at the debugger's "
+        "prompt, which reads its standard input (srun forwards the terminal to the tasks, or "
+        "nothing): answer it (`c`) where srun's input comes from, or scancel; remove the "
+        "breakpoint (or guard it with the rank and an interactive check) before resubmitting"
+    ),
     "connect": (
         "nothing answers the rank's connection request (SYN_SENT: a host down, a firewall that "
         "drops, a service whose accept queue is full): check the address from the rank's node "
@@ -685,6 +691,10 @@ def _where(s: _Status) -> str:
             via += _library_loop(s)
         if s.kind == "io":
             via += _connect_phrase(s.digest.proc)
+        debugger = _debugger(s)
+        if debugger and s.site:
+            return (f"stopped at a {debugger} prompt at {s.site} (the next line run after the "
+                    "call that started it), reading its standard input")
         return f"{phrase} at {s.site}{via}" if s.site else phrase
     return s.kind
 
@@ -1178,6 +1188,8 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         step = "traced"
     if main_kind == "io" and any(_connects(s.digest.proc) for s in blocked):
         step = "connect"
+    if any(_debugger(s) for s in blocked):
+        step = "debugger"
     ranks = [s.rank for s in blocked]
     groups = _group_by(blocked, lambda s: (s.kind, s.site))
     places = "; ".join(
@@ -1200,6 +1212,33 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         evidence=tuple(evidence),
         next_step=STRAGGLER_STEPS.get(step, STRAGGLER_STEPS["blocked"]),
     )
+
+
+# A debugger's prompt on the main thread's stack: the stdlib's pdb (bdb below it), ipdb and
+# IPython's debugger (a Pdb subclass), pudb. Known by the modules' files, not thread names.
+_DEBUGGER_FILES = {"pdb.py": "pdb", "bdb.py": "pdb", "IPython/core/debugger.py": "ipdb"}
+_DEBUGGER_PACKAGES = {"ipdb": "ipdb", "pudb": "pudb"}
+
+
+def _debugger(s: _Status) -> str | None:
+    """The debugger whose prompt stopped the rank (its main thread's frames of its first
+    sample, inside the job's innermost frame: the prompt its trace function opened), or None:
+    a breakpoint() left in the code (breakpoint_left_in). A program run under `python -m pdb`
+    has pdb's frames below its own, not inside: not stopped by it."""
+    samples = [x for x in s.digest.proc.samples if x.threads]
+    thread = main_thread(samples[0], s.digest.proc.pid) if samples else None
+    if thread is None:
+        return None
+    for frame in thread.frames:  # innermost first
+        if frame.native:
+            continue
+        if is_user_file(frame.file):
+            return None
+        path = library_path(frame.file)
+        name = _DEBUGGER_FILES.get(path) or _DEBUGGER_PACKAGES.get(path.split("/", 1)[0])
+        if name:
+            return name
+    return None
 
 
 def _blocked_sites(s: _Status) -> tuple[str, ...]:

@@ -111,3 +111,4 @@ def test_ranks_gone_while_the_rest_waits_are_missing():
             if t.os_thread_id == r.pid else t for t in x.threads)) for x in r.samples)))
     verdict = analyze(snapshot).verdicts[0]
     assert verdict.kind == "missing_rank" and verdict.culprit_ranks == (1, 2, 3)
+
