@@ -1365,7 +1365,8 @@ def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     return all(s.op in ("barrier", "monitored_barrier") or s.op in STARTUP_OPS
                or (s.op in _ROOTED and _root_of(s) in roots)
                or (s.op == LOCK_WAIT_OP and s.waits_for in roots)
-               or (s.op == PEER_WAIT_OP and _polls_a_socket(s)) for s in waiting)
+               or (s.op == PEER_WAIT_OP and _polls_a_socket(s)) or s.op == POLL_WAIT_OP
+               for s in waiting)
 
 
 def _polls_a_socket(s: _Status) -> bool:
@@ -2295,6 +2296,8 @@ def _hang_verdicts(
     if not held:
         statuses = _waits_for_lock_holders(statuses)
     statuses, peer_note = _peer_waits(statuses)
+    if peer_note is None:
+        statuses, peer_note = _poll_waits(statuses)
     statuses, group_notes = _with_groups(statuses, layout.world_size)
     by_status: dict[str, list[_Status]] = {}
     for s in statuses:
@@ -2617,6 +2620,41 @@ def _peer_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
         "as a wait on a peer (TCPStore wait/get, a socket receive, an async Work.wait), "
         "like a collective; --native shows the C++ call"
     )
+    return out, note
+
+
+POLL_WAIT_OP = "a sleep-poll loop"
+
+
+def _poll_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
+    """Most ranks asleep together at one line of their own code, no rank in a collective, and
+    the rest blocked or busy elsewhere: the sleepers poll for what the others would do (an
+    asynchronous collective's ``work.is_completed()``, a store key with ``check``, a file a
+    peer writes) and wait on them, like a collective (async_poll_wait: a rank's prefetch died,
+    the others poll their all_reduce; the four were blamed). What would make it lie: many
+    ranks stuck in one retry loop of their own while a few others are stuck apart, each for
+    its own reason (they would need a collective to wait on one another). A rank sleeping
+    alone is a poller blamed as before (store_wait: the index rank polls for a file while the
+    others wait on its key); so is every rank asleep (idle)."""
+    if any(s.status == "waiting" for s in statuses):
+        return statuses, None
+    groups = _group_by((s for s in statuses if s.status == "blocked" and s.kind == "sleep"
+                        and s.digest.stationary and s.site), lambda s: s.site)
+    if not groups:
+        return statuses, None
+    group = max(groups.values(), key=len)
+    rest = [s for s in statuses if s not in group]
+    if len(group) < 2 or len(group) <= len(rest) or not any(
+            s.status in ("blocked", "busy") for s in rest):
+        return statuses, None
+    chosen = {id(s) for s in group}
+    out = [replace(s, status="waiting", kind="peer", op=POLL_WAIT_OP, position=("poll", s.site))
+           if id(s) in chosen else s for s in statuses]
+    note = (f"{_ranks_label(s.rank for s in group)} sleep together at {group[0].site}, in a "
+            f"loop of their own code, while {_ranks_label(s.rank for s in rest)} "
+            f"{_verb([s.rank for s in rest], 'is', 'are')} elsewhere: taken as polling for "
+            "what those do (an asynchronous collective's completion, a key, a file), like a "
+            "collective")
     return out, note
 
 

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from snapfactory import collective, in_user, map_rank, node, rank, recorded, snap, spinning_in
+from snapfactory import (
+    collective,
+    in_user,
+    map_rank,
+    node,
+    rank,
+    recorded,
+    snap,
+    spinning_in,
+    stack,
+)
 
 from slurmdiag.analysis import analyze
 from slurmdiag.snapshot import LogFinding, Sample, ThreadStack
@@ -112,3 +122,52 @@ def test_ranks_gone_while_the_rest_waits_are_missing():
     verdict = analyze(snapshot).verdicts[0]
     assert verdict.kind == "missing_rank" and verdict.culprit_ranks == (1, 2, 3)
 
+
+
+# ---------------------------------------------------------------- ranks that poll together
+
+
+def test_ranks_polling_together_wait_for_the_rank_stuck_elsewhere():
+    # GIVEN the real async_poll_wait look: ranks 0, 1, 3 asleep in the poll loop of their
+    # asynchronous all_reduce, rank 2 in queue.get() of its dead prefetch thread
+    verdict = analyze(recorded("async_poll_wait.default")).verdicts[0]
+    # THEN rank 2 alone is blamed (all four were), the pollers said to wait on it
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (2,)
+    assert verdict.sites[0].endswith("blocked_outside_collective.py:46")
+    assert "ranks 0-1,3 wait in a sleep-poll loop" in verdict.summary
+    assert any("taken as polling for what those do" in line for line in verdict.evidence)
+
+
+def test_ranks_polling_for_a_working_rank_are_a_gated_phase():
+    # GIVEN healthy_poll_prepare (--samples 1): rank 0 builds, ranks 1-3 poll for its marker
+    verdict = analyze(recorded("healthy_poll_prepare.samples1")).verdicts[0]
+    # THEN no alarm (it was straggler 1-3, warning)
+    assert verdict.kind == "slow_step" and verdict.severity == "info"
+    assert verdict.culprit_ranks == (0,)
+
+
+def _asleep(line: int):  # type: ignore[no-untyped-def]
+    return stack(f"sleep {SCENARIOS}poller.py:{line}", f"main {SCENARIOS}poller.py:80",
+                 f"<module> {SCENARIOS}poller.py:90")
+
+
+SCENARIOS = "/home/alice/proj/"
+
+
+def test_a_lone_sleeper_or_every_rank_asleep_is_not_a_poll_wait():
+    # a rank polling alone while the others wait in a collective stays the culprit
+    alone = snap(node("n1", *(rank(r, collective("all_reduce"), collective("all_reduce"))
+                              for r in (0, 1, 3)),
+                      rank(2, _asleep(31), _asleep(31), wchan="hrtimer_nanosleep")))
+    verdict = analyze(alone).verdicts[0]
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (2,)
+    # every rank asleep at one line: nobody to wait for, idle (info)
+    everyone = snap(node("n1", *(rank(r, _asleep(31), _asleep(31), wchan="hrtimer_nanosleep")
+                                 for r in range(4))))
+    assert analyze(everyone).verdicts[0].kind == "idle"
+    # sleepers as many as the rest: not taken for waiters
+    half = snap(node("n1", *(rank(r, _asleep(31), _asleep(31), wchan="hrtimer_nanosleep")
+                             for r in (0, 1)),
+                     *(rank(r, _asleep(55), _asleep(55), wchan="hrtimer_nanosleep")
+                       for r in (2, 3))))
+    assert set(analyze(half).verdicts[0].culprit_ranks) == {0, 1, 2, 3}
