@@ -264,6 +264,7 @@ def _other(proc: nd.Process) -> WorkerProcess:
         cpu_percent=_float(proc.get("cpu_percent")),
         cmdline=tuple(proc.get("cmdline") or ()),
         samples=_samples(proc.get("samples")),
+        recent_traffic=_recent_traffic(proc.get("recent_traffic")),
     )
 
 

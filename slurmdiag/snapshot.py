@@ -102,6 +102,9 @@ class WorkerProcess:
     cpu_percent: float | None = None
     cmdline: tuple[str, ...] = ()
     samples: tuple[Sample, ...] = ()
+    # a child's (role "child") connections that carried data lately (tcp_info's times; within_ms
+    # the collector's CHILD_RECENT_MS), None when not read
+    recent_traffic: RecentTraffic | None = None
 
 
 @dataclass(frozen=True)

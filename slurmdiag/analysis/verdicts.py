@@ -431,7 +431,8 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
     # or asleep on a futex): it wakes every switch interval to ask (2-3 % of a core measured
     # on a loaded node, and py-spy may catch it awake), and it cannot run Python meanwhile
     # (gil_held_native)
-    gil_waiter = status.status == "busy" and status.kind not in ("transfer", "storage", "input")
+    gil_waiter = status.status == "busy" and status.kind not in (
+        "transfer", "storage", "input", "child_transfer")
     if (holder is not None and (status.status in ("waiting", "blocked") or gil_waiter)
             and status.kind not in _OWN_BLOCKS):
         name, info = holder
@@ -505,10 +506,14 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
         # (waitpid), or subprocess's own frames do (communicate polls the child's pipes)
         kind = ("child" if _wchan_hint(proc.wchan) == "child" or _in_subprocess(info)
                 else info.kind)
-        if kind == "child" and _workers_running(proc, "child"):
+        if kind == "child" and _running(_waited_children(proc)):
             # waiting for a child process that computes (gzip, an evaluation script): the rank
             # works through it (rank0_archive_barrier); an idle child leaves it blocked
             return _Status(digest, "busy", "input", info.site, None, None, info)
+        if kind == "child" and _children_moving_data(proc):
+            # ... or that moves data (a copy tool uploading a checkpoint at a throttled rate:
+            # rank0_upload_tool_barrier); a child idle on a quiet connection leaves it blocked
+            return _Status(digest, "busy", "child_transfer", info.site, None, None, info)
         return _Status(digest, "blocked", kind, info.site, None, None, info)
     if _is_busy(digest):
         return _Status(digest, "busy", info.kind, info.site, None, None, info)
@@ -521,8 +526,29 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
 def _workers_running(proc: Rank, role: str = "dataloader_worker") -> list[WorkerProcess]:
     """The rank's DataLoader workers (or its children: ``role`` "child") on a CPU: runnable
     (state R), or at least WORKING_CPU of a core over the collection window."""
-    return [w for w in proc.workers if w.role == role
-            and ((w.state or "")[:1] == "R" or (w.cpu_percent or 0.0) >= 100 * WORKING_CPU)]
+    return _running(w for w in proc.workers if w.role == role)
+
+
+def _running(workers: Iterable[WorkerProcess]) -> list[WorkerProcess]:
+    return [w for w in workers
+            if (w.state or "")[:1] == "R" or (w.cpu_percent or 0.0) >= 100 * WORKING_CPU]
+
+
+def _waited_children(proc: Rank) -> list[WorkerProcess]:
+    """The children a rank waits for: the one its main thread's wait4 names (subprocess's
+    waitpid), when that is a child of it; else every child (a wait for any child, or the
+    pipes polled by communicate)."""
+    children = [w for w in proc.workers if w.role == "child"]
+    named = {c.target.partition(":")[2] for c in proc.blocked_calls
+             if c.call == "wait4" and c.tid == proc.pid and c.target}
+    return [w for w in children if str(w.pid) in named] or children
+
+
+def _children_moving_data(proc: Rank) -> list[WorkerProcess]:
+    """The rank's children (role "child") with a connection that sent or received data in
+    the collector's last CHILD_RECENT_MS (their ``recent_traffic``)."""
+    return [w for w in _waited_children(proc) if w.recent_traffic is not None
+            and w.recent_traffic.active]
 
 
 def _in_subprocess(info: StackInfo) -> bool:
@@ -832,8 +858,7 @@ def _proc_evidence(s: _Status) -> str:
 def _children_of(s: _Status) -> list[str]:
     return [
         f"child pid {w.pid}" + (f": {' '.join(w.cmdline)[:160]}" if w.cmdline else "")
-        for w in s.digest.proc.workers
-        if w.role == "child"
+        for w in _waited_children(s.digest.proc)
     ][:3]
 
 
@@ -1605,11 +1630,21 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
     places = []
     for s in movers:
         moving = _moving_data(s.digest.proc)
+        children = _children_moving_data(s.digest.proc) if s.kind == "child_transfer" else []
         if s.kind == "transfer" and moving is not None:
             call, connection = moving
             ago = min(connection.last_sent_ms, connection.last_received_ms)
             places.append(f"in {call.call} on {call.local} -> {call.remote} at {s.site}, "
                           f"data {ago} ms before strace ended")
+        elif children:
+            child = children[0]
+            assert child.recent_traffic is not None  # _children_moving_data's
+            link = child.recent_traffic.active[0]
+            command = " ".join(child.cmdline)[:120] or "?"
+            ago = min(link.last_sent_ms, link.last_received_ms)
+            places.append(f"waiting at {s.site} for its child pid {child.pid} ({command}), "
+                          f"which moves data on {link.local} -> {link.remote} ({ago} ms before "
+                          "the look ended)")
         elif s.via is not None and s.digest.process_io_rate is not None:
             places.append(f"at {s.site}: {s.via}, reading and writing "
                           f"{s.digest.process_io_rate / 1e6:.1f} MB/s (the process's I/O "
@@ -2383,8 +2418,9 @@ def _hang_verdicts(
                 verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
     # ranks waiting for DataLoader workers that compute are never the spinners themselves
     inputs = [s for s in busy if s.kind == "input"]
-    movers = [s for s in busy if s.kind in ("transfer", "storage")]
-    computing = [s for s in busy if s.kind not in ("input", "transfer", "storage")]
+    movers = [s for s in busy if s.kind in ("transfer", "storage", "child_transfer")]
+    computing = [s for s in busy
+                 if s.kind not in ("input", "transfer", "storage", "child_transfer")]
     if inputs and waiting and not computing and not verdicts:
         verdicts.append(_slow_input(inputs, waiting))
     if movers and waiting and not computing and not verdicts:

@@ -138,6 +138,7 @@ def collect(options, clock, doc, status):
     if run.tracing is not None:
         finish_strace(*run.tracing)
         read_recent_traffic(run)
+    read_children_traffic(run)
     if options["flight_recorder"] and run.ranks:
         _enter_phase(status, "flight recorder")
         fr_collect(run.fr_requests, {e["pid"]: e for e in run.ranks}, run.rank_envs, clock,
@@ -523,6 +524,36 @@ def read_recent_traffic(run):
         if stalled:
             traffic["stalled"] = stalled[:MAX_RECENT]
         entry["recent_traffic"] = traffic
+
+
+#: How lately a rank's child must have sent or received data to be moving it (ms): a copy tool
+#: uploading at a throttled rate sends every few hundred milliseconds.
+CHILD_RECENT_MS = 2500
+
+
+def read_children_traffic(run):
+    """Which established connections of the ranks' children (role "child": a copy tool, an
+    upload or download command) carried data in the last CHILD_RECENT_MS: a rank waiting for
+    a child that moves data works through it (`aws s3 cp` of a checkpoint while the others
+    wait in a barrier). The sockets read in round one; no strace needed (tcp_info's times)."""
+    ids = run.sockets.get("ids") or {}
+    children = [e for e in run.entries if e["role"] == "child" and ids.get(e["pid"])]
+    if not children:
+        return
+    try:
+        activity = recent_activity({key for e in children for key, _, _ in ids[e["pid"]]})
+    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
+        run.errors.append(f"children's traffic not read: {exc}")
+        return
+    for entry in children:
+        mine = [(activity[key], local, remote) for key, local, remote in ids[entry["pid"]]
+                if key in activity]
+        active = [{"local": local, "remote": remote, "last_sent_ms": times[0],
+                   "last_received_ms": times[1]}
+                  for times, local, remote in sorted(mine, key=lambda m: min(m[0][:2]))
+                  if min(times[:2]) <= CHILD_RECENT_MS]
+        entry["recent_traffic"] = {"within_ms": CHILD_RECENT_MS, "checked": len(mine),
+                                   "active": active[:MAX_RECENT]}
 
 
 def attach_connections(run):

@@ -30,6 +30,9 @@ FD_CALLS = {
         269: "sendmmsg",
     },
 }
+#: wait4, whose first argument is the pid waited for (subprocess's waitpid): which child a rank
+#: waits on when it has several (a copy tool beside a metrics sidecar).
+WAIT_CALLS = {"x86_64": {61: "wait4"}, "aarch64": {260: "wait4"}}
 #: Threads kept per process: a pool of a hundred readers needs a few named.
 MAX_CALLS = 16
 
@@ -44,18 +47,25 @@ def parse_syscall(text, table):
     if name is None:
         return None
     try:
-        return name, int(fields[1], 16)
+        value = int(fields[1], 16)
     except ValueError:
         return None
+    if name == "wait4" and value >= 1 << 63:
+        value -= 1 << 64  # -1: any child
+    return name, value
 
 
 def blocked_calls(pid, machine=None):
     """[{"tid", "call", "fd", "target"}] of ``pid``'s threads sitting in a system call on a
     descriptor (``target``: what /proc/PID/fd/FD links to: ``socket:[INODE]``, ``pipe:[INODE]``,
-    a path), at most MAX_CALLS; [] on an architecture without a table or a process gone."""
-    table = FD_CALLS.get(machine or os.uname().machine)
+    a path), or in wait4 (``fd`` the pid waited for, -1 for any child; ``target``
+    ``process:PID``), at most MAX_CALLS; [] on an architecture without a table or a process
+    gone."""
+    machine = machine or os.uname().machine
+    table = FD_CALLS.get(machine)
     if table is None:
         return []
+    table = {**table, **WAIT_CALLS.get(machine, {})}
     try:
         tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
     except (OSError, ValueError):
@@ -75,10 +85,13 @@ def blocked_calls(pid, machine=None):
         call = parse_syscall(text, table)
         if call is None:
             continue
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{call[1]}")
-        except OSError:
-            target = None
+        if call[0] == "wait4":
+            target = f"process:{call[1]}" if call[1] > 0 else None
+        else:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{call[1]}")
+            except OSError:
+                target = None
         found.append({"tid": int(tid), "call": call[0], "fd": call[1], "target": target})
         if len(found) >= MAX_CALLS:
             break

@@ -21,7 +21,7 @@ from slurmdiag.analysis import diagnose
 from slurmdiag.assemble import _blocked_calls
 from slurmdiag.collector.main import read_blocked_calls
 from slurmdiag.collector.sockets import tcp_sockets
-from slurmdiag.collector.syscalls import FD_CALLS, blocked_calls, parse_syscall
+from slurmdiag.collector.syscalls import FD_CALLS, WAIT_CALLS, blocked_calls, parse_syscall
 from slurmdiag.snapshot import Rank, Snapshot
 
 ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
@@ -205,3 +205,37 @@ def test_a_failing_system_call_reading_does_not_cost_the_file_locks(monkeypatch)
     assert any(e.startswith("system calls not read") for e in run.errors), run.errors
     assert entry["file_locks"] == [{"held": True,
                                     "table": "/proc/locks as read on the collector's thread"}]
+
+
+@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
+def test_a_thread_waiting_for_a_child_names_the_child() -> None:
+    # GIVEN a process with two children that waits for the second one (subprocess's waitpid)
+    program = ("import subprocess, sys\n"
+               "first = subprocess.Popen(['sleep', '60'])\n"
+               "second = subprocess.Popen(['sleep', '60'])\n"
+               "print(first.pid, second.pid, flush=True)\n"
+               "second.wait()\n")
+    proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    first, second = (int(x) for x in proc.stdout.readline().split())
+    try:
+        deadline = time.monotonic() + 10
+        calls: list = []
+        while not calls and time.monotonic() < deadline:
+            calls = [c for c in blocked_calls(proc.pid) if c["call"] == "wait4"]
+            time.sleep(0.05)
+        # THEN its main thread sits in wait4 on the second child's pid
+        assert calls == [{"tid": proc.pid, "call": "wait4", "fd": second,
+                          "target": f"process:{second}"}]
+    finally:
+        for pid in (first, second):
+            os.kill(pid, 9)
+        proc.kill()
+        proc.wait()
+
+
+def test_wait4_of_any_child_has_no_target() -> None:
+    x86 = {**FD_CALLS["x86_64"], **WAIT_CALLS["x86_64"]}
+    assert parse_syscall("61 0xffffffffffffffff 0x7ffd 0x0 0x0 0x0 0x0 0x7ffd 0x7f3b", x86) == (
+        "wait4", -1)
+    assert parse_syscall("61 0x1f4 0x7ffd 0x0 0x0 0x0 0x0 0x7ffd 0x7f3b", x86) == ("wait4", 500)

@@ -459,3 +459,49 @@ def test_a_process_in_another_network_namespace_is_read_through_its_descriptors(
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_childs_connection_that_carries_data_is_read_as_moving(tmp_path: Path) -> None:
+    # GIVEN two children of a rank (role "child"): a copy tool sending every 50 ms, and one
+    # whose connection has been quiet since it was made
+    from types import SimpleNamespace
+
+    from slurmdiag.collector.main import read_children_traffic
+
+    def child(loop: str, ready: Path) -> subprocess.Popen:
+        program = (
+            "import socket, sys, time\n"
+            "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n"
+            "c = socket.create_connection(l.getsockname()); a, _ = l.accept()\n"
+            "open(sys.argv[1], 'w').write(str(l.getsockname()[1]))\n"
+            f"{loop}\n"
+        )
+        return subprocess.Popen([sys.executable, "-c", program, str(ready)])
+
+    quiet = child("time.sleep(3600)", tmp_path / "quiet")
+    sending = child("while True:\n    c.sendall(b'x' * 4096); a.recv(4096); time.sleep(0.05)",
+                    tmp_path / "sending")
+    try:
+        _port_written_to(tmp_path / "quiet")
+        _port_written_to(tmp_path / "sending")
+        time.sleep(2.7)  # the quiet connection's handshake older than the window
+        ids: dict = {}
+        sockets.tcp_sockets([sending.pid, quiet.pid], ids)
+        entries = [{"pid": sending.pid, "role": "child"}, {"pid": quiet.pid, "role": "child"},
+                   {"pid": os.getpid(), "role": "rank"}]
+        run = SimpleNamespace(sockets={"ids": ids}, entries=entries, errors=[])
+        # WHEN the children's traffic is read (no strace)
+        read_children_traffic(run)
+        # THEN the sender's two ends carried data lately, the quiet one's none; ranks untouched
+        moving, still, rank = entries
+        assert run.errors == []
+        assert moving["recent_traffic"]["checked"] == 2
+        assert len(moving["recent_traffic"]["active"]) == 2
+        assert all(min(c["last_sent_ms"], c["last_received_ms"]) < 1000
+                   for c in moving["recent_traffic"]["active"])
+        assert still["recent_traffic"] == {"within_ms": 2500, "checked": 2, "active": []}
+        assert "recent_traffic" not in rank
+    finally:
+        for process in (sending, quiet):
+            process.kill()
+            process.wait()

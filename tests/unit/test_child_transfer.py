@@ -1,0 +1,45 @@
+"""A rank waiting for a child that moves data (a copy tool uploading a checkpoint) works
+through it; the child it waits for is the one its wait4 names, not another child's traffic."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from snapfactory import map_rank, recorded
+
+from slurmdiag.analysis import analyze
+from slurmdiag.snapshot import RecentTraffic
+
+
+def test_a_rank_waiting_for_a_child_that_uploads_is_a_slow_transfer():
+    # GIVEN the real look: rank 0 in waitpid for its copy tool, which sends to the gateway
+    verdict = analyze(recorded("rank0_upload_tool_barrier.default")).verdicts[0]
+    # THEN no alarm (it was a critical straggler): a slow transfer through the child
+    assert verdict.kind == "slow_step" and verdict.severity == "info"
+    assert verdict.culprit_ranks == (0,)
+    assert "for its child pid" in verdict.summary and "--copy" in verdict.summary
+    assert "which moves data on" in verdict.summary
+
+
+def test_a_rank_waiting_for_a_stalled_child_is_blamed_and_the_child_named():
+    verdict = analyze(recorded("rank0_upload_tool_stalled.default")).verdicts[0]
+    assert verdict.kind == "straggler" and verdict.severity == "critical"
+    assert verdict.culprit_ranks == (0,)
+    # the child named is the one its wait4 waits on (the tool), not the first child (gateway)
+    assert "--copy" in verdict.summary and "--gateway" not in verdict.summary
+
+
+def test_another_childs_traffic_does_not_make_the_wait_a_transfer():
+    # GIVEN the healthy look with the copy tool's connection quiet: only the gateway, a child
+    # rank 0 does not wait for, still receives data
+    def quiet_tool(r):  # type: ignore[no-untyped-def]
+        return replace(r, workers=tuple(
+            replace(w, recent_traffic=RecentTraffic(within_ms=2500, checked=1, active=()))
+            if "--copy" in w.cmdline else w for w in r.workers))
+
+    snapshot = map_rank(recorded("rank0_upload_tool_barrier.default"), 0, quiet_tool)
+    rank0 = next(r for n in snapshot.nodes for r in n.ranks if r.rank == 0)
+    assert any(w.recent_traffic and w.recent_traffic.active for w in rank0.workers)
+    verdict = analyze(snapshot).verdicts[0]
+    # THEN rank 0 waits for a stalled child: blamed
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (0,)
