@@ -419,6 +419,11 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
     if not status.ended and status.status == "blocked" and status.kind == "io" \
             and _moving_data(digest.proc) is not None:
         return replace(status, status="busy", kind="transfer")
+    if not status.ended and status.status == "blocked" and _waits_for_thread(status) \
+            and _thread_moving_data(digest.proc) is not None:
+        # a main thread waiting on a thread (a future, a join) that moves data: a checkpoint
+        # uploaded on a worker thread (rank0_upload_thread_barrier)
+        return replace(status, status="busy", kind="transfer")
     if not status.ended and status.status == "blocked" and status.kind in ("io", "kernel") \
             and digest.io_rate is None and _moves_storage(digest):
         return replace(status, status="busy", kind="storage")
@@ -1538,6 +1543,23 @@ def _moving_data(proc: Rank) -> tuple[BlockedCall, RecentConnection] | None:
                  if c.tid == proc.pid and (c.local, c.remote) in active), None)
 
 
+def _thread_moving_data(proc: Rank) -> tuple[BlockedCall, RecentConnection] | None:
+    """A send or receive one of the rank's other threads sits in, on a connection that carried
+    data in strace's window, when no other thread sits in one on a quiet connection (the one
+    a main thread may be waiting for: exit_heartbeat_stuck's uploader, beside a heartbeat
+    that sends); None otherwise."""
+    recent = proc.recent_traffic
+    if recent is None:
+        return None
+    active: dict[tuple[str | None, str | None], RecentConnection] = {
+        (c.local, c.remote): c for c in recent.active}
+    others = [c for c in _socket_waits(proc) if c.tid != proc.pid]
+    moving = [(c, active[(c.local, c.remote)]) for c in others if (c.local, c.remote) in active]
+    if not moving or len(moving) < len(others):
+        return None
+    return moving[0]
+
+
 # System calls only files take (a socket or a pipe refuses positional I/O and has nothing to
 # sync): a rank writing a checkpoint shard by shard completes a few a second, a rank stuck in
 # one (a hung mount) none. strace -c counts calls, not descriptors: read and write are also a
@@ -1631,7 +1653,16 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
     for s in movers:
         moving = _moving_data(s.digest.proc)
         children = _children_moving_data(s.digest.proc) if s.kind == "child_transfer" else []
-        if s.kind == "transfer" and moving is not None:
+        threaded = _thread_moving_data(s.digest.proc) if s.kind == "transfer" else None
+        if s.kind == "transfer" and moving is None and threaded is not None:
+            call, connection = threaded
+            names = {t.os_thread_id: t.name for x in s.digest.proc.samples
+                     for t in x.threads or () if t.os_thread_id is not None and t.name}
+            who = f"thread {names[call.tid]}" if call.tid in names else f"thread {call.tid}"
+            ago = min(connection.last_sent_ms, connection.last_received_ms)
+            places.append(f"waiting at {s.site} for its {who}, in {call.call} on {call.local} "
+                          f"-> {call.remote}, data {ago} ms before strace ended")
+        elif s.kind == "transfer" and moving is not None:
             call, connection = moving
             ago = min(connection.last_sent_ms, connection.last_received_ms)
             places.append(f"in {call.call} on {call.local} -> {call.remote} at {s.site}, "

@@ -1,4 +1,4 @@
-"""A rank waiting for a child that moves data (a copy tool uploading a checkpoint) works
+"""A rank waiting for a child or a thread that moves data (a checkpoint's upload) works
 through it; the child it waits for is the one its wait4 names, not another child's traffic."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 from snapfactory import map_rank, recorded
 
 from slurmdiag.analysis import analyze
-from slurmdiag.snapshot import RecentTraffic
+from slurmdiag.snapshot import BlockedCall, RecentTraffic
 
 
 def test_a_rank_waiting_for_a_child_that_uploads_is_a_slow_transfer():
@@ -42,4 +42,26 @@ def test_another_childs_traffic_does_not_make_the_wait_a_transfer():
     assert any(w.recent_traffic and w.recent_traffic.active for w in rank0.workers)
     verdict = analyze(snapshot).verdicts[0]
     # THEN rank 0 waits for a stalled child: blamed
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (0,)
+
+
+def test_a_main_thread_waiting_on_a_thread_that_uploads_is_a_slow_transfer():
+    # GIVEN the real look: rank 0's main thread on a future, its upload thread in sendto on a
+    # connection that carried data in strace's window
+    verdict = analyze(recorded("rank0_upload_thread_barrier.default")).verdicts[0]
+    # THEN no alarm (it was a critical straggler)
+    assert verdict.kind == "slow_step" and verdict.severity == "info"
+    assert "for its thread ckpt-upload_0, in sendto on" in verdict.summary
+
+
+def test_a_thread_on_a_quiet_connection_beside_one_that_sends_keeps_the_rank_blocked():
+    # GIVEN the same look with a second thread of rank 0 in a receive on a quiet connection
+    # (exit_heartbeat_stuck's shape: the thread waited for is stuck, another one sends)
+    def quiet_receiver(r):  # type: ignore[no-untyped-def]
+        stuck = BlockedCall(tid=r.pid + 99, call="recvfrom", fd=40, target="socket:[1]",
+                            local="127.0.0.1:5000", remote="127.0.0.1:6000")
+        return replace(r, blocked_calls=(*r.blocked_calls, stuck))
+
+    snapshot = map_rank(recorded("rank0_upload_thread_barrier.default"), 0, quiet_receiver)
+    verdict = analyze(snapshot).verdicts[0]
     assert verdict.kind == "straggler" and verdict.culprit_ranks == (0,)
