@@ -265,6 +265,7 @@ def _other(proc: nd.Process) -> WorkerProcess:
         cmdline=tuple(proc.get("cmdline") or ()),
         samples=_samples(proc.get("samples")),
         recent_traffic=_recent_traffic(proc.get("recent_traffic")),
+        io_rate=_int(proc.get("io_rate")),
     )
 
 

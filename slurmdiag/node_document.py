@@ -151,6 +151,7 @@ class Process(TypedDict, total=False):
     rss_kb: int
     cpu_percent: float | None
     cpu_window_s: float | None
+    io_rate: int
     env: dict[str, str]
     samples: list[Sample]
     strace: Strace | None

@@ -105,6 +105,9 @@ class WorkerProcess:
     # a child's (role "child") connections that carried data lately (tcp_info's times; within_ms
     # the collector's CHILD_RECENT_MS), None when not read
     recent_traffic: RecentTraffic | None = None
+    # a child's characters read and written per second over the collection window (files and
+    # pipes, not sockets: /proc/PID/io rchar + wchar), None when not read
+    io_rate: int | None = None
 
 
 @dataclass(frozen=True)

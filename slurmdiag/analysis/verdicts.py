@@ -320,6 +320,9 @@ LONG_STEP_S = 60.0
 # 2 cores), so the bar is low.
 WORKING_CPU = 0.02
 WORKING_IO_RATE = 1 << 20  # bytes/s read+written: a rank copying data, not one writing a log line
+# bytes/s a child the rank waits for reads and writes to be copying (rsync --bwlimit=100 is
+# 100 KB/s); a tool stuck in a retry loop writes a log line a second, a progress bar less
+CHILD_IO_RATE = 64 << 10
 # Network transfer syscalls: a hung gloo rank shows none (only epoll_wait timeouts), a rank
 # whose collectives complete shows hundreds per second (writev/recvfrom for gloo).
 TRANSFER_SYSCALLS = frozenset(
@@ -550,10 +553,13 @@ def _waited_children(proc: Rank) -> list[WorkerProcess]:
 
 
 def _children_moving_data(proc: Rank) -> list[WorkerProcess]:
-    """The rank's children (role "child") with a connection that sent or received data in
-    the collector's last CHILD_RECENT_MS (their ``recent_traffic``)."""
-    return [w for w in _waited_children(proc) if w.recent_traffic is not None
-            and w.recent_traffic.active]
+    """The children the rank waits for (_waited_children) that move data: a connection that
+    sent or received data in the collector's last CHILD_RECENT_MS (their ``recent_traffic``),
+    or files and pipes read and written at CHILD_IO_RATE or more over the window (a copy
+    tool writing a checkpoint to shared storage, throttled or slow: ``io_rate``)."""
+    return [w for w in _waited_children(proc)
+            if (w.recent_traffic is not None and w.recent_traffic.active)
+            or (w.io_rate or 0) >= CHILD_IO_RATE]
 
 
 def _in_subprocess(info: StackInfo) -> bool:
@@ -1669,13 +1675,17 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
                           f"data {ago} ms before strace ended")
         elif children:
             child = children[0]
-            assert child.recent_traffic is not None  # _children_moving_data's
-            link = child.recent_traffic.active[0]
             command = " ".join(child.cmdline)[:120] or "?"
-            ago = min(link.last_sent_ms, link.last_received_ms)
+            if child.recent_traffic is not None and child.recent_traffic.active:
+                link = child.recent_traffic.active[0]
+                ago = min(link.last_sent_ms, link.last_received_ms)
+                moves = (f"moves data on {link.local} -> {link.remote} ({ago} ms before the "
+                         "look ended)")
+            else:
+                moves = (f"reads and writes {(child.io_rate or 0) / 1e6:.1f} MB/s (its I/O "
+                         "counters over the look)")
             places.append(f"waiting at {s.site} for its child pid {child.pid} ({command}), "
-                          f"which moves data on {link.local} -> {link.remote} ({ago} ms before "
-                          "the look ended)")
+                          f"which {moves}")
         elif s.via is not None and s.digest.process_io_rate is not None:
             places.append(f"at {s.site}: {s.via}, reading and writing "
                           f"{s.digest.process_io_rate / 1e6:.1f} MB/s (the process's I/O "

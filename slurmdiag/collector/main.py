@@ -34,6 +34,7 @@ from .procfs import _read, allowed_env, read_stat, read_tracer
 from .sockets import connection_list, recent_activity, socket_inode, tcp_sockets
 from .stacks import (
     _in_dataloader_loop,
+    _io_counters,
     adopt_spawned_ranks,
     dump_stack,
     read_schedule,
@@ -110,6 +111,7 @@ class Collection:
         self.rank_envs = {}  # type: dict
         # pid -> (monotonic time, CPU ticks, starttime against pid reuse)
         self.window_start = {}  # type: dict
+        self.child_io = {}  # type: dict  # pid -> a child's /proc/PID/io at the window's start
         self.fr_requests = {}  # type: dict
         self.sockets = {}  # type: dict
         # pid -> its threads' schedule read before its last py-spy dump (in its round) (read_schedule)
@@ -139,6 +141,7 @@ def collect(options, clock, doc, status):
         finish_strace(*run.tracing)
         read_recent_traffic(run)
     read_children_traffic(run)
+    read_children_io(run)
     if options["flight_recorder"] and run.ranks:
         _enter_phase(status, "flight recorder")
         fr_collect(run.fr_requests, {e["pid"]: e for e in run.ranks}, run.rank_envs, clock,
@@ -246,6 +249,8 @@ def describe_processes(run):
             info["stat"]["ticks"],
             info["stat"]["starttime"],
         )
+        if role == "child":  # a copy tool writing files works with no CPU: its I/O counters
+            run.child_io[info["pid"]] = _io_counters(f"/proc/{info['pid']}/io")
         entries.append(entry)
         if role != "rank" and not _is_python(info):
             unsampled.add(info["pid"])
@@ -554,6 +559,26 @@ def read_children_traffic(run):
                   if min(times[:2]) <= CHILD_RECENT_MS]
         entry["recent_traffic"] = {"within_ms": CHILD_RECENT_MS, "checked": len(mine),
                                    "active": active[:MAX_RECENT]}
+
+
+#: The shortest window a child's I/O rate is given for (s): a throttled copy writes a block every
+#: few hundred milliseconds, and a look of one sample without strace lasts less.
+CHILD_IO_WINDOW_S = 0.5
+
+
+def read_children_io(run):
+    """Each child's characters read and written per second (files and pipes, not sockets:
+    /proc/PID/io) from its discovery to now, after strace's window when it ran: a copy tool
+    writing a checkpoint works with little CPU (rank0_copy_tool_barrier)."""
+    now = time.monotonic()
+    for entry in run.entries:
+        first = run.child_io.get(entry["pid"])
+        window = now - run.window_start[entry["pid"]][0]
+        if entry["role"] != "child" or not first or window < CHILD_IO_WINDOW_S:
+            continue
+        last = _io_counters(f"/proc/{entry['pid']}/io")
+        if last:
+            entry["io_rate"] = int((last[0] + last[1] - first[0] - first[1]) / window)
 
 
 def attach_connections(run):

@@ -65,3 +65,17 @@ def test_a_thread_on_a_quiet_connection_beside_one_that_sends_keeps_the_rank_blo
     snapshot = map_rank(recorded("rank0_upload_thread_barrier.default"), 0, quiet_receiver)
     verdict = analyze(snapshot).verdicts[0]
     assert verdict.kind == "straggler" and verdict.culprit_ranks == (0,)
+
+
+def test_a_rank_waiting_for_a_child_that_writes_files_is_a_slow_transfer():
+    # GIVEN the real look: rank 0 waits for a throttled copy tool writing ~1 MB/s
+    snapshot = recorded("rank0_copy_tool_barrier.samples1")
+    verdict = analyze(snapshot).verdicts[0]
+    assert verdict.kind == "slow_step" and verdict.severity == "info"
+    assert "reads and writes 1.0 MB/s" in verdict.summary
+    # AND a child writing a log line a second (a tool retrying for ever) is no transfer
+    def logging_only(r):  # type: ignore[no-untyped-def]
+        return replace(r, workers=tuple(replace(w, io_rate=120) for w in r.workers))
+
+    verdict = analyze(map_rank(snapshot, 0, logging_only)).verdicts[0]
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (0,)

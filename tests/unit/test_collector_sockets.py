@@ -505,3 +505,36 @@ def test_a_childs_connection_that_carries_data_is_read_as_moving(tmp_path: Path)
         for process in (sending, quiet):
             process.kill()
             process.wait()
+
+
+def test_a_childs_file_io_rate_is_read_over_the_collection(tmp_path: Path) -> None:
+    # GIVEN two children of a rank: one writing a file (~4 MB/s), one asleep
+    from types import SimpleNamespace
+
+    from slurmdiag.collector.main import read_children_io
+    from slurmdiag.collector.stacks import _io_counters
+
+    program = ("import sys, time\nf = open(sys.argv[1], 'wb')\n"
+               "while True:\n    f.write(bytes(40960)); f.flush(); time.sleep(0.01)\n")
+    writer = subprocess.Popen([sys.executable, "-c", program, str(tmp_path / "out")])
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.3)
+        start = time.monotonic()
+        run = SimpleNamespace(
+            entries=[{"pid": writer.pid, "role": "child"}, {"pid": sleeper.pid, "role": "child"},
+                     {"pid": os.getpid(), "role": "rank"}],
+            window_start={p: (start, 0, 0) for p in (writer.pid, sleeper.pid, os.getpid())},
+            child_io={p: _io_counters(f"/proc/{p}/io") for p in (writer.pid, sleeper.pid)})
+        # WHEN read before the shortest window: nothing; after it: each child's rate
+        read_children_io(run)
+        assert all("io_rate" not in e for e in run.entries)
+        time.sleep(0.6)
+        read_children_io(run)
+        written, asleep, rank = run.entries
+        assert written["io_rate"] > 1_000_000 and asleep["io_rate"] == 0
+        assert "io_rate" not in rank
+    finally:
+        for process in (writer, sleeper):
+            process.kill()
+            process.wait()
