@@ -2715,8 +2715,11 @@ def _poll_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
     others wait on its key); so is every rank asleep (idle)."""
     if any(s.status == "waiting" for s in statuses):
         return statuses, None
-    groups = _group_by((s for s in statuses if s.status == "blocked" and s.kind == "sleep"
-                        and s.digest.stationary and s.site), lambda s: s.site)
+    # by the function they sleep in: a poller caught once at its loop's test line is "poll",
+    # its line moving (healthy_poll_prepare, one rank of three with the defaults)
+    groups = _group_by((s for s in statuses if s.status == "blocked" and _sleep_function(s)
+                        and (s.kind == "poll" or (s.kind == "sleep" and s.digest.stationary))),
+                       _sleep_function)
     if not groups:
         return statuses, None
     group = max(groups.values(), key=len)
@@ -2727,12 +2730,19 @@ def _poll_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
     chosen = {id(s) for s in group}
     out = [replace(s, status="waiting", kind="peer", op=POLL_WAIT_OP, position=("poll", s.site))
            if id(s) in chosen else s for s in statuses]
-    note = (f"{_ranks_label(s.rank for s in group)} sleep together at {group[0].site}, in a "
-            f"loop of their own code, while {_ranks_label(s.rank for s in rest)} "
+    where = _sleep_function(group[0])
+    note = (f"{_ranks_label(s.rank for s in group)} sleep together in {where}, a loop of "
+            f"their own code, while {_ranks_label(s.rank for s in rest)} "
             f"{_verb([s.rank for s in rest], 'is', 'are')} elsewhere: taken as polling for "
             "what those do (an asynchronous collective's completion, a key, a file), like a "
             "collective")
     return out, note
+
+
+def _sleep_function(s: _Status) -> str | None:
+    """file:function of the rank's innermost frame of its own (where a poll loop sleeps)."""
+    top = s.info.top_user_frame if s.info is not None else None
+    return function_site(top) if top is not None else None
 
 
 def _groups_sample(s: _Status) -> tuple[Sample | None, tuple[Frame, ...]]:
