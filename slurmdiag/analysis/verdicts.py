@@ -1635,15 +1635,19 @@ def _through_a_thread(statuses: list[_Status]) -> list[_Status]:
     out = []
     for s in statuses:
         digest = s.digest
-        if s.status == "blocked" and s.kind == "lock" and not s.ended and digest.busy_threads:
+        # the working thread: one seen running, else, with one sample (which may catch the
+        # writer inside its write or fsync, idle to py-spy), one in the job's own code
+        single = digest.process_io_rate is None
+        worker = (digest.busy_threads[0] if digest.busy_threads else
+                  digest.side_threads[0][0] if single and digest.side_threads else None)
+        if s.status == "blocked" and s.kind == "lock" and not s.ended and worker:
             if digest.process_io_rate is not None:
                 moves = digest.process_io_rate >= max(WORKING_IO_RATE, 2 * background_rate)
             else:
                 moves = _file_calls(digest) >= max(STORAGE_CALLS, 2 * background_calls)
             if moves:
                 s = replace(s, status="busy", kind="storage",
-                            via=f"its main thread waits on a lock while thread "
-                            f"{digest.busy_threads[0]} works")
+                            via=f"its main thread waits on a lock while thread {worker} works")
         out.append(s)
     return out
 

@@ -74,3 +74,16 @@ def test_a_deadlock_beside_a_working_thread_of_its_own_is_said_to_be_undecided()
     assert v.summary.startswith("a slow phase or a hang, cannot tell: rank 2 is at ")
     assert v.sites[0].endswith("lock_hang_busy_writer.py:65")
     assert "non-reentrant lock taken twice" in v.next_step
+
+
+def test_one_sample_that_caught_the_writer_inside_its_write_is_a_slow_phase() -> None:
+    # GIVEN the full accuracy run's --samples 1 look: the saver thread caught inside its write
+    # (idle to py-spy: no busy thread), strace counting 34 completed fsyncs
+    recording = recorded("rank0_async_save_lock.samples1.caught_in_write")
+    assert not any(t.active for _, r in recording.all_ranks() if r.rank == 0
+                   for s in r.samples for t in s.threads if t.name == "checkpoint-saver")
+    v = first(recording)
+    # THEN the thread in the job's code is taken as the one working (it was a straggler)
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,)), v
+    assert "waits on a lock while thread checkpoint-saver" in v.summary
+
