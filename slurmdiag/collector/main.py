@@ -514,13 +514,7 @@ def read_recent_traffic(run):
     for entry in traced:
         within = int(entry["strace"]["window_s"] * 1000) + RECENT_SLACK_MS
         mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
-        recent = sorted((min(times[:2]), ends, times) for times, ends in mine
-                        if min(times[:2]) <= within)
-        active = []
-        for _, (local, remote), (sent, received, *_) in recent[:MAX_RECENT]:
-            active.append({"local": local, "remote": remote, "last_sent_ms": sent,
-                           "last_received_ms": received})
-        traffic = {"within_ms": within, "checked": len(mine), "active": active}
+        traffic = {"within_ms": within, "checked": len(mine), "active": _active(mine, within)}
         # sent and never acknowledged, retransmitted on timeout: the path loses what it carries
         stalled = [{"local": local, "remote": remote, "unacked": unacked,
                     "retransmits": retransmits, "backoff": backoff, "last_ack_ms": last_ack}
@@ -551,14 +545,18 @@ def read_children_traffic(run):
         run.errors.append(f"children's traffic not read: {exc}")
         return
     for entry in children:
-        mine = [(activity[key], local, remote) for key, local, remote in ids[entry["pid"]]
-                if key in activity]
-        active = [{"local": local, "remote": remote, "last_sent_ms": times[0],
-                   "last_received_ms": times[1]}
-                  for times, local, remote in sorted(mine, key=lambda m: min(m[0][:2]))
-                  if min(times[:2]) <= CHILD_RECENT_MS]
+        mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
         entry["recent_traffic"] = {"within_ms": CHILD_RECENT_MS, "checked": len(mine),
-                                   "active": active[:MAX_RECENT]}
+                                   "active": _active(mine, CHILD_RECENT_MS)}
+
+
+def _active(mine, within):
+    """The connections of ``mine`` ([(tcp_info times, [local, remote])]) that sent or received
+    data in the last ``within`` ms, newest first, at most MAX_RECENT."""
+    recent = sorted((min(times[:2]), ends, times) for times, ends in mine
+                    if min(times[:2]) <= within)
+    return [{"local": local, "remote": remote, "last_sent_ms": times[0],
+             "last_received_ms": times[1]} for _, (local, remote), times in recent[:MAX_RECENT]]
 
 
 #: The shortest window a child's I/O rate is given for (s): a throttled copy writes a block every
