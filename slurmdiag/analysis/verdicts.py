@@ -2727,14 +2727,17 @@ def _poll_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
     if not groups:
         return statuses, None
     group = max(groups.values(), key=len)
+    where = _sleep_function(group[0])
     rest = [s for s in statuses if s not in group]
+    # the rest elsewhere: a rank of the same loop caught otherwise (runnable, just woken:
+    # healthy_slow, every rank asleep in its read loop, rank 0 in state R) is no other place
     if len(group) < 2 or len(group) <= len(rest) or not any(
-            s.status in ("blocked", "busy") for s in rest):
+            s.status in ("blocked", "busy") for s in rest) or any(
+            _sleep_function(s) == where for s in rest):
         return statuses, None
     chosen = {id(s) for s in group}
     out = [replace(s, status="waiting", kind="peer", op=POLL_WAIT_OP, position=("poll", s.site))
            if id(s) in chosen else s for s in statuses]
-    where = _sleep_function(group[0])
     note = (f"{_ranks_label(s.rank for s in group)} sleep together in {where}, a loop of "
             f"their own code, while {_ranks_label(s.rank for s in rest)} "
             f"{_verb([s.rank for s in rest], 'is', 'are')} elsewhere: taken as polling for "

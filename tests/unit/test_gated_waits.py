@@ -175,3 +175,14 @@ def test_a_lone_sleeper_or_every_rank_asleep_is_not_a_poll_wait():
                      *(rank(r, _asleep(55), _asleep(55), wchan="hrtimer_nanosleep")
                        for r in (2, 3))))
     assert set(analyze(half).verdicts[0].culprit_ranks) == {0, 1, 2, 3}
+
+
+def test_a_rank_of_the_same_loop_caught_awake_is_not_the_rest():
+    # GIVEN healthy_slow's look (test_nic, in CI): every rank asleep in its read loop, rank 0
+    # caught just woken (state R, active, a little CPU) at the same line
+    asleep = [rank(r, _asleep(22), _asleep(22), wchan="hrtimer_nanosleep") for r in (1, 2, 3)]
+    awake = rank(0, _asleep(22), _asleep(22), state="R", cpu=0.5)  # no wait channel
+    verdict = analyze(snap(node("n1", awake, *asleep))).verdicts[0]
+    # THEN the three are not taken for waiters on rank 0 (it was a critical straggler)
+    assert "sleep-poll loop" not in verdict.summary
+    assert not (verdict.severity in ("critical", "warning") and verdict.culprit_ranks == (0,))
