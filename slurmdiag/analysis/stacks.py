@@ -43,6 +43,7 @@ __all__ = [
     "job_code",
     "main_thread",
     "merge_stacks",
+    "own_roots",
     "pick_main_thread",
 ]
 
@@ -210,10 +211,6 @@ def library_path(path: str) -> str:
     return _module_path(path)[0]
 
 
-def _entry_root(thread: ThreadStack) -> str | None:
-    return entry_root(thread.frames)
-
-
 def entry_root(frames: Sequence[Frame]) -> str | None:
     """The installed package a main thread's program starts in (``frames`` innermost first, as
     a stack or a traceback), when nothing of the job's own (a file outside site-packages)
@@ -267,13 +264,14 @@ def _entry_step(file: str, function: str) -> str:
 
 
 def own_package_roots(ranks: Iterable[Rank]) -> frozenset[str]:
-    """The installed packages the ranks' programs start in (``_entry_root`` of each rank's
+    """The installed packages the ranks' programs start in (``entry_root`` of each rank's
     first stack of its first sample that has one): the job's own code."""
     roots = set()
     for rank in ranks:
         for sample in rank.samples:
             if sample.threads:
-                root = next((r for r in map(_entry_root, sample.threads) if r), None)
+                root = next((r for r in (entry_root(t.frames) for t in sample.threads) if r),
+                            None)
                 if root:
                     roots.add(root)
                 break
@@ -285,7 +283,13 @@ def job_code(snapshot: Snapshot) -> Iterator[frozenset[str]]:
     """Within it, frames of the installed packages the job's programs start in are the job's
     own (``is_user_file``, frame kinds, sites): a training package installed with pip and run
     by its console script or ``python -m`` is the user's code, not a library."""
-    roots = own_package_roots(r for n in snapshot.nodes for r in n.ranks)
+    with own_roots(own_package_roots(r for n in snapshot.nodes for r in n.ranks)) as roots:
+        yield roots
+
+
+@contextmanager
+def own_roots(roots: frozenset[str]) -> Iterator[frozenset[str]]:
+    """Within it, the installed packages ``roots`` (".../site-packages/pkg") are the job's."""
     token = _OWN_ROOTS.set(roots)
     try:
         yield roots

@@ -1549,6 +1549,16 @@ def _moving_data(proc: Rank) -> tuple[BlockedCall, RecentConnection] | None:
                  if c.tid == proc.pid and (c.local, c.remote) in active), None)
 
 
+def _thread_label(proc: Rank, tid: int, with_tid: bool = False) -> str:
+    """ "thread NAME" (with " (tid N)") of a rank's thread by its OS id, as py-spy named it,
+    else "thread TID"."""
+    names = {t.os_thread_id: t.name for x in proc.samples for t in x.threads or ()
+             if t.os_thread_id is not None and t.name}
+    if tid not in names:
+        return f"thread {tid}"
+    return f"thread {names[tid]}" + (f" (tid {tid})" if with_tid else "")
+
+
 def _thread_moving_data(proc: Rank) -> tuple[BlockedCall, RecentConnection] | None:
     """A send or receive one of the rank's other threads sits in, on a connection that carried
     data in strace's window, when no other thread sits in one on a quiet connection (the one
@@ -1663,12 +1673,11 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
     for s in movers:
         moving = _moving_data(s.digest.proc)
         children = _children_moving_data(s.digest.proc) if s.kind == "child_transfer" else []
-        threaded = _thread_moving_data(s.digest.proc) if s.kind == "transfer" else None
-        if s.kind == "transfer" and moving is None and threaded is not None:
+        threaded = (_thread_moving_data(s.digest.proc)
+                    if s.kind == "transfer" and moving is None else None)
+        if threaded is not None:
             call, connection = threaded
-            names = {t.os_thread_id: t.name for x in s.digest.proc.samples
-                     for t in x.threads or () if t.os_thread_id is not None and t.name}
-            who = f"thread {names[call.tid]}" if call.tid in names else f"thread {call.tid}"
+            who = _thread_label(s.digest.proc, call.tid)
             ago = min(connection.last_sent_ms, connection.last_received_ms)
             places.append(f"waiting at {s.site} for its {who}, in {call.call} on {call.local} "
                           f"-> {call.remote}, data {ago} ms before strace ended")
@@ -1743,13 +1752,11 @@ def _call_evidence(s: _Status) -> list[str]:
     """Where the rank's threads sit in a send or receive, named by thread and connection, and
     whether that connection carried data in strace's window."""
     proc = s.digest.proc
-    names = {t.os_thread_id: t.name for x in proc.samples for t in x.threads or ()
-             if t.os_thread_id is not None and t.name}
     recent = proc.recent_traffic
     active = {(c.local, c.remote) for c in recent.active} if recent is not None else None
     lines = []
     for c in _socket_waits(proc)[:3]:
-        who = f"thread {names[c.tid]} (tid {c.tid})" if c.tid in names else f"thread {c.tid}"
+        who = _thread_label(proc, c.tid, with_tid=True)
         line = f"rank {s.rank}: {who} in {c.call} on {c.local} -> {c.remote}"
         if active is not None and recent is not None:
             line += ("; data moved on it in strace's window" if (c.local, c.remote) in active

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from slurmdiag.analysis.stacks import entry_root, is_user_file
+from slurmdiag.analysis.stacks import entry_root, is_user_file, own_roots
 from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.post_mortem.cores import CoreStack
 from slurmdiag.post_mortem.logs import order_key
@@ -60,11 +60,9 @@ def _user_site_of_frames(frames_text: str) -> str | None:
                (entry.partition(":") for entry in frames_text.splitlines())]
     root = entry_root([Frame(function=function, file=path)
                        for path, (_, _, function) in reversed(entries)])
-    for path, (line, _, _) in reversed(entries):
-        if path and (is_user_file(path) or (root is not None and (
-                path.startswith(root + "/") or path == root + ".py"))):
-            return f"{path}:{line}"
-    return None
+    with own_roots(frozenset({root} if root else ())):
+        return next((f"{path}:{line}" for path, (line, _, _) in reversed(entries)
+                     if path and is_user_file(path)), None)
 
 
 def core_site(core: CoreStack) -> str | None:
