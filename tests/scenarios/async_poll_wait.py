@@ -13,27 +13,19 @@ from __future__ import annotations
 
 import time
 
+import _async_steps as steps
 import _harness as harness
 import _training as training
 import blocked_outside_collective as prefetching
-import torch
 import torch.distributed as dist
 
 POLL_SECONDS = 0.05
 STEPS = 1000
 
 
-def average_gradients_polled(model: torch.nn.Module) -> None:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    work = dist.all_reduce(flat, async_op=True)
+def poll(work: dist.Work) -> None:
     while not work.is_completed():
         time.sleep(POLL_SECONDS)  # WAITING
-    flat /= dist.get_world_size()
-    offset = 0
-    for grad in grads:
-        grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
-        offset += grad.numel()
 
 
 def main() -> None:
@@ -48,7 +40,7 @@ def main() -> None:
             harness.report_ready(info, f"step {step}: {role}", role=role)
         loss = training.compute_loss(model, prefetcher.next_batch())
         loss.backward()
-        average_gradients_polled(model)
+        steps.all_reduce_gradients_async(model, poll)
         training.sgd_update(model)
         harness.log(info, f"step {step} loss {float(loss):.4f}")
     dist.destroy_process_group()

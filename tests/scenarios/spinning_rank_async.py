@@ -12,25 +12,17 @@ from __future__ import annotations
 
 import random
 
+import _async_steps as steps
 import _harness as harness
 import _training as training
 import spinning_rank
-import torch
 import torch.distributed as dist
 
 STEPS = 1000
 
 
-def average_gradients_async(model: torch.nn.Module) -> None:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    work = dist.all_reduce(flat, async_op=True)
+def wait(work: dist.Work) -> None:
     work.wait()  # WAITING
-    flat /= dist.get_world_size()
-    offset = 0
-    for grad in grads:
-        grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
-        offset += grad.numel()
 
 
 def main() -> None:
@@ -45,7 +37,7 @@ def main() -> None:
         spinning_rank.augment(rng, spinning_rank.image_sizes(info.rank, step))
         loss = training.compute_loss(model, training.synthetic_batch(info.rank, step))
         loss.backward()
-        average_gradients_async(model)
+        steps.all_reduce_gradients_async(model, wait)
         training.sgd_update(model)
         harness.log(info, f"step {step} loss {float(loss):.4f}")
     dist.destroy_process_group()
