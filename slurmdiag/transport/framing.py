@@ -84,28 +84,59 @@ def answered_node(line: str) -> str | None:
 
 def decode_frames(text: str) -> FrameResult:
     """Sort merged collector output into complete documents, damaged nodes and noise."""
-    result = FrameResult()
-    groups: dict[str, dict[tuple[int, str], _Group]] = {}
+    reader = FrameReader()
     for raw in text.splitlines():
+        reader.add(raw)
+    return reader.result()
+
+
+class FrameReader:
+    """decode_frames as the output arrives, a line at a time: a node's document is checked and
+    decoded once its last chunk is in (zlib and JSON, ~1 ms a node), while the other nodes are
+    still at work, not all at once after the step ends. ``result()`` is decode_frames' answer
+    for every line added (a decoded group changed afterwards is decoded again there)."""
+
+    def __init__(self) -> None:
+        self.hello: dict[str, int] = {}
+        self.noise: list[str] = []
+        self.chars = 0  # of the output read through ``feed``: each line with its newline
+        self._groups: dict[str, dict[tuple[int, str], _Group]] = {}
+        self._decoded: dict[int, tuple[dict[str, Any] | None, str]] = {}  # id(group): its answer
+
+    def feed(self, line: str) -> None:
+        """A line of the output as it arrives, without its newline (run_command's
+        ``on_stdout_line``)."""
+        self.chars += len(line) + 1
+        for raw in line.splitlines():  # as decode_frames splits: a "\r" inside ends a line too
+            self.add(raw)
+
+    def feed_rest(self, text: str) -> None:
+        """The lines of ``text``, the whole output, after those ``feed`` read: what came after
+        the last newline, or after srun was ended (run_command's drain)."""
+        for raw in text[self.chars:].splitlines():
+            self.add(raw)
+
+    def add(self, raw: str) -> str | None:
+        """One line (of ``str.splitlines``); the node whose document it completed, if any."""
         line = raw.rstrip("\r")
         at = line.rfind("@SDG1")  # a cut line may run into the next frame: the last one counts
         if at < 0:
             if line.strip():
-                result.noise.append(line)
-            continue
+                self.noise.append(line)
+            return None
         prefix, line = line[:at], line[at:]
         if prefix.strip() and not _LABEL.match(prefix):
-            result.noise.append(prefix)  # the head of a line that another node's line cut
+            self.noise.append(prefix)  # the head of a line that another node's line cut
         if line.startswith(READY_TAG) and len(line.split()) == 2:
-            continue  # for StartGate (transport/srun.py), as the output arrives
+            return None  # for StartGate (transport/srun.py), as the output arrives
         if line.startswith(HELLO_TAG):
             parts = line.split()
             hello_pid = decimal_int(parts[2]) if len(parts) == 3 else None
             if hello_pid is not None:
-                result.hello[parts[1]] = hello_pid
+                self.hello[parts[1]] = hello_pid
             else:
-                result.noise.append(line)
-            continue
+                self.noise.append(line)
+            return None
         parts = line.split(" ")
         seq_or_none = decimal_int(parts[2], 30) if len(parts) == 6 else None
         total_or_none = decimal_int(parts[3], 30) if len(parts) == 6 else None
@@ -115,31 +146,38 @@ def decode_frames(text: str) -> FrameResult:
             or total_or_none is None
             or len(parts[4]) != 8
         ):
-            result.noise.append(line)
-            continue
+            self.noise.append(line)
+            return None
         node, seq, total, crc, chunk = parts[1], seq_or_none, total_or_none, parts[4], parts[5]
-        group = groups.setdefault(node, {}).setdefault((total, crc), _Group(total, crc))
+        group = self._groups.setdefault(node, {}).setdefault((total, crc), _Group(total, crc))
+        self._decoded.pop(id(group), None)
         if seq >= total:
             group.bad_seq = seq
         elif seq in group.chunks and group.chunks[seq] != chunk:
             group.conflict = seq
         else:
             group.chunks[seq] = chunk
+        if len(group.chunks) < group.total or group.total > MAX_CHUNKS:
+            return None
+        answer = self._decoded[id(group)] = _assemble(group)
+        return node if answer[0] is not None else None
 
-    for node, by_key in groups.items():
-        problems: list[str] = []
-        for group in sorted(by_key.values(), key=lambda g: len(g.chunks), reverse=True):
-            doc, problem = _assemble(group)
-            if doc is not None:
-                result.documents[node] = doc
-                break
-            problems.append(problem)
-        if node not in result.documents:
-            result.damaged[node] = problems[0]
-    for node, pid in result.hello.items():
-        if node not in result.documents and node not in result.damaged:
-            result.damaged[node] = f"collector started (pid {pid}) but sent no document"
-    return result
+    def result(self) -> FrameResult:
+        result = FrameResult(hello=dict(self.hello), noise=list(self.noise))
+        for node, by_key in self._groups.items():
+            problems: list[str] = []
+            for group in sorted(by_key.values(), key=lambda g: len(g.chunks), reverse=True):
+                doc, problem = self._decoded.get(id(group)) or _assemble(group)
+                if doc is not None:
+                    result.documents[node] = doc
+                    break
+                problems.append(problem)
+            if node not in result.documents:
+                result.damaged[node] = problems[0]
+        for node, pid in result.hello.items():
+            if node not in result.documents and node not in result.damaged:
+                result.damaged[node] = f"collector started (pid {pid}) but sent no document"
+        return result
 
 
 def _assemble(group: _Group) -> tuple[dict[str, Any] | None, str]:

@@ -19,7 +19,13 @@ from slurmdiag.options import AttachOptions
 from slurmdiag.transport import collect
 from slurmdiag.transport.base import FanoutResult, NodeOutcome, Progress
 from slurmdiag.transport.collect import node_command, node_environment
-from slurmdiag.transport.framing import READY_TAG, answered_node, decode_frames
+from slurmdiag.transport.framing import (
+    READY_TAG,
+    FrameReader,
+    FrameResult,
+    answered_node,
+    decode_frames,
+)
 from slurmdiag.transport.run import CommandResult, run_command
 
 STEP_NAME = "slurmdiag-collect"
@@ -123,10 +129,14 @@ def _srun_line(line: str) -> str:
 
 
 def outcomes_from_output(
-    nodes: Sequence[str], result: CommandResult, transport_name: str
+    nodes: Sequence[str], result: CommandResult, transport_name: str,
+    frames: FrameResult | None = None,
 ) -> FanoutResult:
-    """Turn the merged, framed output of the step into one outcome per node (pure)."""
-    frames = decode_frames(result.stdout)
+    """Turn the merged, framed output of the step into one outcome per node (pure).
+
+    ``frames``: the output already decoded (a FrameReader's, fed as it arrived)."""
+    if frames is None:
+        frames = decode_frames(result.stdout)
     out = FanoutResult(transport=transport_name, duration_s=result.duration_s)
     stderr_lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     refused = [ln for ln in stderr_lines if any(m in ln for m in _REFUSED_MARKERS)]
@@ -212,6 +222,13 @@ def nodes_without_system_python(nodes: Sequence[str], out: FanoutResult, stderr:
     return [name for name in silent if f"error: {name}: task " in stderr]
 
 
+def read_all(reader: FrameReader, result: CommandResult) -> FrameResult:
+    """What ``reader`` decoded as the output arrived, with the rest of ``result.stdout`` (a
+    last line without its newline; what was read after srun was ended)."""
+    reader.feed_rest(result.stdout)
+    return reader.result()
+
+
 class SrunTransport:
     """ONE srun step into the job; the default transport (see base.Transport for the contract).
 
@@ -240,10 +257,13 @@ class SrunTransport:
         answered: set[str] = set()
 
         gate: StartGate | None = None
+        reader = FrameReader()
 
         def on_line(line: str) -> None:
             if gate is not None and gate.sent is None:
                 gate.saw(line)
+            # Each document is decoded as soon as it is whole, while other nodes still work.
+            reader.feed(line)
             # The last chunk of a node's document marks it as answered, for the progress display.
             node = answered_node(line) if progress is not None else None
             if progress is not None and node is not None and node not in answered:
@@ -252,8 +272,9 @@ class SrunTransport:
 
         def step(on: Sequence[str], step_options: AttachOptions, portable: bool,
                  started: Callable[[], None] | None = None) -> CommandResult:
-            nonlocal gate
+            nonlocal gate, reader
             gate = StartGate(on) if step_options.align_s > 0 else None
+            reader = FrameReader()
             return runner(
                 srun_argv(job_id, on, step_options, het_group, portable=portable),
                 step_options.timeout_s,
@@ -270,7 +291,7 @@ class SrunTransport:
         # node); nodes without it get the portable form in a second step.
         direct = options.node_python is None and collect.controller_has_system_python()
         result = step(nodes, options, portable=not direct, started=on_started)
-        out = outcomes_from_output(nodes, result, self.name)
+        out = outcomes_from_output(nodes, result, self.name, frames=read_all(reader, result))
         timed_out = result.timed_out
         if result.interrupted:
             out.interrupted = True
@@ -281,7 +302,7 @@ class SrunTransport:
         left = options.timeout_s - (time.monotonic() - start)
         if missing and left >= MIN_RETRY_S:
             again = step(missing, replace(options, timeout_s=left), portable=True)
-            retried = outcomes_from_output(missing, again, self.name)
+            retried = outcomes_from_output(missing, again, self.name, frames=read_all(reader, again))
             out.nodes.update(retried.nodes)
             out.warnings.extend(retried.warnings)
             timed_out = timed_out or again.timed_out or again.interrupted

@@ -361,3 +361,23 @@ def test_the_srun_transport_feeds_the_gate_with_the_steps_lines():
     SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
     # THEN the go is fed once both collectors said they are ready, not before
     assert fed == [None, b"go\n"]
+
+
+def test_the_srun_transport_decodes_what_it_read_as_it_came_and_the_rest_after():
+    # GIVEN a runner standing in for srun that plays the step's first lines to the callback
+    # and returns the whole output (the rest read after srun was ended: no callback for it)
+    lines = REAL_STDOUT.split("\n")
+    played = 15  # node001's document whole, node002's begun
+
+    def runner(argv, timeout, **kwargs):
+        for line in lines[:played]:
+            kwargs["on_stdout_line"](line)
+        return result(stdout=REAL_STDOUT)
+
+    # WHEN the transport collects
+    out = SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
+    # THEN every node's document is there, as decoding the whole output gives
+    expected = outcomes_from_output(["node001", "node002"], result(stdout=REAL_STDOUT), "srun")
+    assert {n: o.status for n, o in out.nodes.items()} == {"node001": "ok", "node002": "ok"}
+    assert {n: o.document for n, o in out.nodes.items()} == {
+        n: o.document for n, o in expected.nodes.items()}

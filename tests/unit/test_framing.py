@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from slurmdiag.collector import framing
-from slurmdiag.transport.framing import CHUNK_CHARS, decode_frames, encode_frames
+from slurmdiag.transport.framing import CHUNK_CHARS, FrameReader, decode_frames, encode_frames
 
 
 def _big_doc(node: str, seed: int) -> dict:
@@ -150,3 +150,68 @@ def test_answered_node_is_told_by_the_last_chunk_only():
     assert answered_node(lines[-1]) == "node007"
     assert answered_node("  3: " + lines[-1]) == "node007"  # srun --label
     assert answered_node("plain output of the job") is None
+
+
+def _fed(text: str, cut: int) -> tuple[FrameReader, list[str | None]]:
+    """A reader fed ``text`` as run_command reads it: a line at a time up to the ``cut``-th
+    newline (what was read as it came), then the whole text (the rest: a drain, a last line
+    without its newline)."""
+    reader = FrameReader()
+    lines = text.split("\n")
+    completed = []
+    for line in lines[:cut]:
+        before = set(reader.result().documents)
+        reader.feed(line)
+        completed.append(next(iter(set(reader.result().documents) - before), None))
+    reader.feed_rest(text)
+    return reader, completed
+
+
+def test_a_reader_fed_as_the_output_arrives_decodes_each_document_at_its_last_chunk() -> None:
+    # GIVEN two nodes' frames interleaved with noise, a label and a carriage return
+    a, b = _big_doc("nodeA", 1), _big_doc("nodeB", 2)
+    lines_a = encode_frames("nodeA", a, pid=1).splitlines(keepends=True)
+    lines_b = encode_frames("nodeB", b, pid=2).splitlines(keepends=True)
+    text = "".join([lines_a[0], "  0: " + lines_b[0], *lines_a[1:-1], "job says\r\n",
+                    *lines_b[1:], lines_a[-1]])
+    # WHEN it is fed line by line, each line's answer noted
+    reader = FrameReader()
+    done = [reader.add(raw) for raw in text.splitlines()]
+    # THEN nodeB's document is decoded at its last chunk, nodeA's at its own, nothing else
+    assert [(i, node) for i, node in enumerate(done) if node] == [
+        (len(lines_a) + len(lines_b) - 1, "nodeB"), (len(lines_a) + len(lines_b), "nodeA")]
+    assert reader.result().documents == {"nodeA": a, "nodeB": b}
+    assert reader.result().noise == ["job says"]
+
+
+def test_a_reader_fed_part_way_then_given_the_rest_answers_as_decode_frames() -> None:
+    # GIVEN three nodes' output, one node's chunk damaged, noise with a carriage return inside,
+    # and a last line without its newline
+    docs = {f"n{i}": _big_doc(f"n{i}", i) for i in range(3)}
+    lines = []
+    for name, doc in docs.items():
+        lines += encode_frames(name, doc, pid=7).splitlines(keepends=True)
+    lines.insert(4, "warn\rmore\n")
+    bad = next(i for i, line in enumerate(lines) if line.startswith("@SDG1 n1 1 "))
+    lines[bad] = lines[bad][:-6] + "QQQQQ\n"
+    text = "".join(lines).rstrip("\n")
+    expected = decode_frames(text)
+    assert set(expected.documents) == {"n0", "n2"} and expected.damaged == {"n1": "crc mismatch"}
+    for cut in (0, 5, len(lines) - 1):
+        # WHEN the lines up to ``cut`` are fed as they come and the whole output after
+        reader, _ = _fed(text, cut)
+        # THEN the answer is decode_frames' own
+        assert reader.result() == expected
+
+
+def test_a_chunk_that_contradicts_a_decoded_document_damages_it_as_in_decode_frames() -> None:
+    # GIVEN a node's whole document, then one of its chunks again with other content
+    doc = _big_doc("nodeA", 1)
+    lines = encode_frames("nodeA", doc).splitlines(keepends=True)
+    text = "".join(lines + [lines[1][:-5] + "QQQQ\n"])
+    # WHEN it is fed a line at a time
+    reader, completed = _fed(text, len(lines) + 1)
+    # THEN the document was decoded at its last chunk, and the contradiction damages it after
+    assert completed[len(lines) - 1] == "nodeA"
+    assert reader.result().documents == {}
+    assert reader.result().damaged == {"nodeA": "duplicate chunk 1 with different content"}
