@@ -220,12 +220,23 @@ def entry_root(frames: Sequence[Frame]) -> str | None:
     frames (runpy, multiprocessing's spawn), known libraries' (submitit, torch's spawn),
     ``python -c``, and a console script's stub (no .py: pip's ``from trainpkg.cli import main;
     sys.exit(main())``)."""
+    root, through_script = script_entry(frames)
+    return None if through_script else root
+
+
+def script_entry(frames: Sequence[Frame]) -> tuple[str | None, bool]:
+    """entry_root's walk, and one step further: when the program is a script of the job's own
+    whose module level calls straight into an installed package that is no known library (a
+    thin ``train.py``: ``from trainpkg.cli import main; main()``), (that package, True).
+    Whether it is the job's code then is the caller's to judge (own_package_roots: only when
+    every rank's program enters it so)."""
     outermost = True
+    script = False
     for frame in reversed(frames):
         if frame.native:
             continue
         if outermost and frame.function == "_bootstrap":  # a thread's, not the program's
-            return None
+            return None, False
         outermost = False
         key = (frame.file, frame.function)
         step = _ENTRY_STEPS.get(key)
@@ -233,9 +244,14 @@ def entry_root(frames: Sequence[Frame]) -> str | None:
             step = _entry_step(frame.file, frame.function)
             if len(_ENTRY_STEPS) < 100_000:
                 _ENTRY_STEPS[key] = step
+        if script:
+            return (step, True) if step not in ("", _PAST) else (None, False)
+        if step == "" and frame.function == "<module>" and not frame.file.startswith("<"):
+            script = True  # the job's own script at module level: what does it call?
+            continue
         if step != _PAST:
-            return step or None
-    return None
+            return step or None, False
+    return None, False
 
 
 _PAST = "past"  # a frame that starts the program: look at the next one
@@ -265,16 +281,27 @@ def _entry_step(file: str, function: str) -> str:
 
 def own_package_roots(ranks: Iterable[Rank]) -> frozenset[str]:
     """The installed packages the ranks' programs start in (``entry_root`` of each rank's
-    first stack of its first sample that has one): the job's own code."""
-    roots = set()
+    first stack of its first sample that has one): the job's own code. A package a thin
+    script of the job's own calls (``script_entry``) counts only when every rank's program
+    enters it so: a script whose module level calls an unknown library on one rank (where it
+    hangs) and torch on the others keeps its own lines as the job's code."""
+    roots: set[str] = set()
+    through_script: set[str | None] = set()
     for rank in ranks:
         for sample in rank.samples:
             if sample.threads:
-                root = next((r for r in (entry_root(t.frames) for t in sample.threads) if r),
-                            None)
-                if root:
+                root, script = next(
+                    (e for e in (script_entry(t.frames) for t in sample.threads) if e[0]),
+                    (None, False))
+                if root and not script:
                     roots.add(root)
+                else:
+                    through_script.add(root)
                 break
+    # One package by name: each rank's may sit in a site-packages of its own (a venv a task)
+    names = {root.rsplit("/", 1)[-1] if root else None for root in through_script}
+    if len(names) == 1 and None not in names:
+        roots.update(root for root in through_script if root)
     return frozenset(roots)
 
 

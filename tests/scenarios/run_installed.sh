@@ -3,7 +3,8 @@
 # gets a venv-like prefix (per task: the tasks of a node would race on one), the package's
 # directory linked into its site-packages (a link, so that the tests find the repo's source
 # lines; Python keeps the path it imported through, as with a copy), and pip's console-script
-# stub in its bin/. Called as `run_installed.sh PYTHON -u PACKAGE/cli.py`.
+# stub in its bin/. Called as `run_installed.sh PYTHON -u PACKAGE/cli.py`. With
+# SLURMDIAG_INSTALLED_ENTRY=script a thin train.py of the job's own runs it instead.
 set -eu
 python="$1"
 package_dir="$(dirname "$3")"
@@ -26,4 +27,9 @@ if __name__ == '__main__':
 STUB
 chmod +x "$script"
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+if [ "${SLURMDIAG_INSTALLED_ENTRY:-}" = script ]; then  # run_installed_script.sh
+    script="$prefix/train.py"
+    printf 'from %s.cli import main\n\nif __name__ == "__main__":\n    raise SystemExit(main())\n' \
+        "$package" > "$script"
+fi
 exec "$python" -u "$script"

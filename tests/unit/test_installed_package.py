@@ -96,6 +96,50 @@ def test_a_script_of_the_job_calling_an_installed_library_leaves_it_a_library():
     assert verdict.culprit_ranks == (1,) and verdict.sites[0] == f"{TRAIN}:44"
 
 
+def test_recorded_thin_script_job_names_the_packages_line():
+    # GIVEN the real installed_package_script job: a thin train.py of the job's own (outside
+    # site-packages) whose module level calls the installed package's main() on every rank
+    snapshot = recorded("installed_package_script.default.thin_script")
+    verdict = analyze(snapshot).verdicts[0]
+    # THEN rank 2 is the straggler at the package's poll line, not at train.py's main() call
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (2,)
+    assert verdict.sites[0].endswith("/site-packages/trainkit/shards.py:19")
+    # (each task's package in a site-packages of its own: one package by name, four roots)
+    roots = own_package_roots(r for n in snapshot.nodes for r in n.ranks)
+    assert {root.rsplit("/", 1)[1] for root in roots} == {"trainkit"} and len(roots) == 4
+
+
+def test_recorded_module_level_call_into_a_library_keeps_the_scripts_line():
+    # GIVEN the real script_unknown_library job: a loop at module level; rank 2's module level
+    # calls an unknown installed library (where it polls), the others' call _training
+    snapshot = recorded("script_unknown_library.default.module_level_call")
+    # THEN the library is not the job's code, and the site is the script's call
+    assert own_package_roots(r for n in snapshot.nodes for r in n.ranks) == frozenset()
+    verdict = analyze(snapshot).verdicts[0]
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (2,)
+    assert verdict.sites[0].endswith("tests/scenarios/script_unknown_library.py:53")
+
+
+def _thin(*inner: str) -> tuple:
+    return stack(*inner, f"main {PKG}/cli.py:30", f"<module> {TRAIN}:4")
+
+
+def test_a_thin_script_claims_the_package_only_when_every_ranks_program_enters_it():
+    waiting = _thin(f"all_reduce {C10D}:2501", f"wrapper {C10D_LOGGER}:83",
+                    f"train_step {PKG}/loop.py:28")
+    polling = _thin(f"sleep {STDLIB}/time.py:1", f"wait_for_export {PKG}/shards.py:19")
+    assert own_package_roots(_ranks([waiting, waiting, polling, waiting]).nodes[0].ranks) == {PKG}
+    # a rank whose module level enters torch (or the script's own helper) breaks the agreement
+    direct = stack(f"all_reduce {C10D}:2501", f"wrapper {C10D_LOGGER}:83", f"<module> {TRAIN}:9")
+    helper = stack(f"all_reduce {C10D}:2501", f"train_step {TRAIN}:50", f"<module> {TRAIN}:9")
+    for other in (direct, helper):
+        ranks = _ranks([other, waiting, polling, waiting]).nodes[0].ranks
+        assert own_package_roots(ranks) == frozenset()
+    # two packages by name, one a rank: none is the job's
+    elsewhere = stack(f"main {SITE}/otherkit/cli.py:3", f"<module> {TRAIN}:4")
+    assert own_package_roots(_ranks([waiting, elsewhere]).nodes[0].ranks) == frozenset()
+
+
 def test_an_installed_librarys_thread_or_a_known_library_entry_claims_nothing():
     # a metrics library's own thread (threading's bootstrap first), a known library's entry
     # (torch's launcher run in-process), the stdlib's: none of them the job's
