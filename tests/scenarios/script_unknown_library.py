@@ -34,7 +34,7 @@ if not (_site / "trainkit").exists():
     (_site / "trainkit").symlink_to(Path(__file__).resolve().parent / "trainkit")
 sys.path.insert(0, str(_site))
 
-from trainkit import shards  # noqa: E402 - installed just above
+from trainkit import shards  # installed just above
 
 INDEX_RANK = 2
 REFRESH_EVERY = 3
