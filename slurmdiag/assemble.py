@@ -266,7 +266,14 @@ def _other(proc: nd.Process) -> WorkerProcess:
         samples=_samples(proc.get("samples")),
         recent_traffic=_recent_traffic(proc.get("recent_traffic")),
         io_rate=_int(proc.get("io_rate")),
+        via=_pids(proc.get("via")),
     )
+
+
+def _pids(raw: object) -> tuple[int, ...] | None:
+    if not isinstance(raw, list):
+        return None
+    return tuple(pid for pid in (_int(item) for item in raw) if pid is not None)
 
 
 def _gpus(raw: nd.Gpu | None) -> GpuState:

@@ -152,6 +152,7 @@ class Process(TypedDict, total=False):
     cpu_percent: float | None
     cpu_window_s: float | None
     io_rate: int
+    via: list[int]
     env: dict[str, str]
     samples: list[Sample]
     strace: Strace | None

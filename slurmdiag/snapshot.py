@@ -108,6 +108,9 @@ class WorkerProcess:
     # a child's characters read and written per second over the collection window (files and
     # pipes, not sockets: /proc/PID/io rchar + wchar), None when not read
     io_rate: int | None = None
+    # the pids between the rank and this process, its parent first (a shell the rank runs it
+    # through, and waits for); None when not read (a collector older than this field)
+    via: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -544,12 +544,21 @@ def _running(workers: Iterable[WorkerProcess]) -> list[WorkerProcess]:
 
 def _waited_children(proc: Rank) -> list[WorkerProcess]:
     """The children a rank waits for: the one its main thread's wait4 names (subprocess's
-    waitpid), when that is a child of it; else every child (a wait for any child, or the
-    pipes polled by communicate)."""
+    waitpid), and what that one runs (a shell's tool: ``shell=True``, os.system); else every
+    child (a wait for any child, or the pipes polled by communicate). A named process none of
+    the children descends from is waited for alone: a sidecar child moving data (a metrics
+    service) does not speak for it. Children read without ``via`` (an older collector) are
+    all taken, as before."""
     children = [w for w in proc.workers if w.role == "child"]
     named = {c.target.partition(":")[2] for c in proc.blocked_calls
              if c.call == "wait4" and c.tid == proc.pid and c.target}
-    return [w for w in children if str(w.pid) in named] or children
+    if not named:
+        return children
+    waited = [w for w in children
+              if str(w.pid) in named or any(str(pid) in named for pid in w.via or ())]
+    if waited or any(w.via is None for w in children):
+        return waited or children
+    return []
 
 
 def _children_moving_data(proc: Rank) -> list[WorkerProcess]:

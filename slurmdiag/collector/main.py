@@ -197,6 +197,21 @@ def discover_processes(run):
 ROLE_ORDER = {"rank": 0, "dataloader_worker": 1, "child": 1, "agent": 2}
 
 
+#: The most processes ``via`` lists between a rank and its descendant (a shell that runs a shell).
+MAX_VIA = 8
+
+
+def _via(procs, info):
+    """The pids between the rank and its child ``info``, its parent first: the shell that
+    ``shell=True`` or os.system runs and the rank waits for (``[]`` for the rank's own child)."""
+    out = []  # type: list
+    pid = info["stat"]["ppid"]
+    while pid != info["rank_pid"] and pid in procs and len(out) < MAX_VIA:
+        out.append(pid)
+        pid = procs[pid]["stat"]["ppid"]
+    return out
+
+
 def describe_processes(run):
     """One entry per kept process (doc["processes"]): identity, state, the CPU window's start."""
     procs, page_kb = run.procs, run.page_kb
@@ -251,6 +266,8 @@ def describe_processes(run):
         )
         if role == "child":  # a copy tool writing files works with no CPU: its I/O counters
             run.child_io[info["pid"]] = _io_counters(f"/proc/{info['pid']}/io")
+        if info["rank_pid"]:
+            entry["via"] = _via(procs, info)
         entries.append(entry)
         if role != "rank" and not _is_python(info):
             unsampled.add(info["pid"])

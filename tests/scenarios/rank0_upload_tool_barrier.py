@@ -8,10 +8,13 @@ minutes, idle in one blocking send on a connection that carries data. Rank 0 sit
 `waitpid`, idle; ranks 1-3 wait in `dist.barrier()`; nobody logs. It must never get a hang
 verdict: the child moves data (`rank0_archive_barrier`'s child computes; this one transfers).
 `rank0_upload_tool_stalled` runs it with a gateway that stops reading: its hung twin.
+`rank0_upload_shell_barrier` and `rank0_upload_shell_stalled` run the tool through a shell
+(`shell=True`, as `os.system` does): rank 0's child is sh, the tool sh's child.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -28,7 +31,7 @@ def copy_tool(url: str) -> None:
     upload.upload_checkpoint(url, bytes(upload.UPLOAD_BYTES))
 
 
-def main(stalled: bool = False) -> None:
+def main(stalled: bool = False, shell: bool = False) -> None:
     info = harness.setup()
     harness.init_distributed(info)
     port = upload.start_gateway(stalled) if info.rank == 0 else None
@@ -44,7 +47,12 @@ def main(stalled: bool = False) -> None:
             harness.report_ready(info, "copy tool" if port else "barrier", role=role)
         if port is not None:
             url = f"http://127.0.0.1:{port}/ckpt/{cycle}.pt"
-            subprocess.run([sys.executable, __file__, "--copy", url], check=True)  # CULPRIT
+            command = [sys.executable, __file__, "--copy", url]
+            if shell:  # os.system's way: sh runs the tool and more, rank 0 waits for sh
+                line = shlex.join(command) + " && echo uploaded"
+                subprocess.run(line, shell=True, check=True)  # CULPRIT
+            else:
+                subprocess.run(command, check=True)  # CULPRIT
             harness.log(info, f"checkpoint {cycle} uploaded")
         dist.barrier()  # WAITING
     dist.destroy_process_group()

@@ -8,7 +8,7 @@ from dataclasses import replace
 from snapfactory import map_rank, recorded
 
 from slurmdiag.analysis import analyze
-from slurmdiag.snapshot import BlockedCall, RecentTraffic
+from slurmdiag.snapshot import BlockedCall, RecentConnection, RecentTraffic
 
 
 def test_a_rank_waiting_for_a_child_that_uploads_is_a_slow_transfer():
@@ -43,6 +43,41 @@ def test_another_childs_traffic_does_not_make_the_wait_a_transfer():
     verdict = analyze(snapshot).verdicts[0]
     # THEN rank 0 waits for a stalled child: blamed
     assert verdict.kind == "straggler" and verdict.culprit_ranks == (0,)
+
+
+def test_a_tool_run_through_a_shell_is_the_child_waited_for():
+    # GIVEN the real looks of rank 0 running the copy tool through sh (shell=True): its wait4
+    # names sh, which the collector does not keep (a shell), the tool is sh's child
+    healthy = analyze(recorded("rank0_upload_shell_barrier.default.through_sh")).verdicts[0]
+    stalled = analyze(recorded("rank0_upload_shell_stalled.default.through_sh")).verdicts[0]
+    # THEN the uploading tool makes a slow transfer, named as what rank 0 waits for; its
+    # stalled twin a straggler, the tool named, not the gateway
+    assert healthy.kind == "slow_step" and healthy.severity == "info"
+    assert "--copy" in healthy.summary and "--gateway" not in healthy.summary
+    assert stalled.kind == "straggler" and stalled.culprit_ranks == (0,)
+    assert "--copy" in stalled.summary and "--gateway" not in stalled.summary
+
+
+def test_a_sidecar_moving_data_does_not_speak_for_a_stalled_tool_run_through_a_shell():
+    # GIVEN the stalled look with rank 0's other child (the gateway here; a metrics service,
+    # wandb's, in real jobs) moving data: it is not what sh runs
+    def chatty_gateway(r):  # type: ignore[no-untyped-def]
+        return replace(r, workers=tuple(
+            replace(w, recent_traffic=replace(w.recent_traffic, active=(
+                RecentConnection("127.0.0.1:1", "127.0.0.1:2", 10, 10),)))
+            if "--gateway" in w.cmdline and w.recent_traffic else w for w in r.workers))
+
+    snapshot = map_rank(recorded("rank0_upload_shell_stalled.default.through_sh"), 0,
+                        chatty_gateway)
+    rank0 = next(r for n in snapshot.nodes for r in n.ranks if r.rank == 0)
+    assert any(w.recent_traffic and w.recent_traffic.active for w in rank0.workers)
+    # THEN rank 0 still waits for a stalled tool: blamed
+    verdict = analyze(snapshot).verdicts[0]
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (0,)
+    # AND read by a collector older than ``via`` (every child taken, as before) it is excused
+    old = map_rank(snapshot, 0, lambda r: replace(
+        r, workers=tuple(replace(w, via=None) for w in r.workers)))
+    assert analyze(old).verdicts[0].kind == "slow_step"
 
 
 def test_a_main_thread_waiting_on_a_thread_that_uploads_is_a_slow_transfer():

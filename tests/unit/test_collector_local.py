@@ -315,6 +315,7 @@ def test_worker_and_fork_child_belong_to_their_ranks(job: dict, collected: dict)
     assert worker["rank_pid"] == job["ranks"][0] and worker["rank"] == 0
     assert forked["role"] == "child"
     assert forked["rank_pid"] == job["ranks"][2] and forked["rank"] == 2
+    assert worker["via"] == [] and forked["via"] == []  # each its rank's own child
     # Workers are sampled once; ranks in every round.
     assert len(worker["samples"]) == 1 and worker["samples"][0]["threads"]
     assert all(len(by_pid[pid]["samples"]) == 3 for pid in job["ranks"].values())
@@ -684,6 +685,21 @@ def _info(pid: int, ppid: int, cmdline: list[str], env: dict[str, str], comm: st
             "rss_pages": 1,
         },
     }
+
+
+def test_via_names_the_processes_between_a_rank_and_its_tool() -> None:
+    # GIVEN rank 10 running a tool through sh and bash (shell=True running a script), and a
+    # chain longer than MAX_VIA
+    from slurmdiag.collector.main import MAX_VIA, _via
+
+    def proc(pid: int, ppid: int, rank_pid: int | None = 10) -> dict:
+        return {"pid": pid, "stat": {"ppid": ppid}, "rank_pid": rank_pid}
+
+    procs = {p["pid"]: p for p in (proc(10, 1, None), proc(11, 10), proc(12, 11), proc(13, 12))}
+    assert _via(procs, procs[13]) == [12, 11]
+    assert _via(procs, procs[11]) == []
+    chain = {p: proc(p, p - 1) for p in range(11, 11 + MAX_VIA + 3)}
+    assert len(_via({10: proc(10, 1, None), **chain}, chain[10 + MAX_VIA + 2])) == MAX_VIA
 
 
 def test_classify_torchrun_agent_ranks_and_workers() -> None:
