@@ -878,8 +878,15 @@ def _proc_evidence(s: _Status) -> str:
 def _children_of(s: _Status) -> list[str]:
     return [
         f"child pid {w.pid}" + (f": {' '.join(w.cmdline)[:160]}" if w.cmdline else "")
-        for w in _waited_children(s.digest.proc)
+        + _through(w) for w in _waited_children(s.digest.proc)
     ][:3]
+
+
+def _through(child: WorkerProcess) -> str:
+    """`` (run through pid 41)``: the processes between the rank and its child (a shell)."""
+    if not child.via:
+        return ""
+    return f" (run through pid {', '.join(str(pid) for pid in child.via[:3])})"
 
 
 def _joins_a_thread(s: _Status) -> bool:
@@ -1706,8 +1713,8 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
             else:
                 moves = (f"reads and writes {(child.io_rate or 0) / 1e6:.1f} MB/s (its I/O "
                          "counters over the look)")
-            places.append(f"waiting at {s.site} for its child pid {child.pid} ({command}), "
-                          f"which {moves}")
+            places.append(f"waiting at {s.site} for its child pid {child.pid} ({command})"
+                          f"{_through(child)}, which {moves}")
         elif s.via is not None and s.digest.process_io_rate is not None:
             places.append(f"at {s.site}: {s.via}, reading and writing "
                           f"{s.digest.process_io_rate / 1e6:.1f} MB/s (the process's I/O "

@@ -56,6 +56,8 @@ def test_a_tool_run_through_a_shell_is_the_child_waited_for():
     assert "--copy" in healthy.summary and "--gateway" not in healthy.summary
     assert stalled.kind == "straggler" and stalled.culprit_ranks == (0,)
     assert "--copy" in stalled.summary and "--gateway" not in stalled.summary
+    # (the shell it runs through said)
+    assert "(run through pid " in healthy.summary and "(run through pid " in stalled.summary
 
 
 def test_a_sidecar_moving_data_does_not_speak_for_a_stalled_tool_run_through_a_shell():
