@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from slurmdiag.analysis.stacks import entry_root, is_user_file, own_roots
+from slurmdiag.analysis.stacks import entry_root, is_user_file, own_roots, script_entry
 from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.post_mortem.cores import CoreStack
 from slurmdiag.post_mortem.logs import order_key
@@ -52,16 +52,40 @@ def _label(ranks: Iterable[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + format_int_ranges(ranks)
 
 
-def _user_site_of_frames(frames_text: str) -> str | None:
+def _traceback_frames(frames_text: str) -> list[tuple[str, str, str]]:
+    """(path, line, function) of a traceback's ``path:line:function`` lines, innermost last."""
+    out = []
+    for entry in frames_text.splitlines():
+        path, _, rest = entry.partition(":")
+        line, _, function = rest.partition(":")
+        out.append((path, line, function))
+    return out
+
+
+def _as_stack(entries: list[tuple[str, str, str]]) -> list[Frame]:
+    return [Frame(function=function, file=path) for path, _, function in reversed(entries)]
+
+
+def script_roots(findings: Iterable[LogFinding]) -> frozenset[str]:
+    """The installed package a thin script of the job's own calls from its module level on
+    every traceback of the job's log (``script_entry``; one package by name, as the analysis
+    agrees across ranks): the job's code too. Empty when any traceback enters elsewhere."""
+    entries = [script_entry(_as_stack(_traceback_frames(f.fields["frames"])))
+               for f in findings if f.fields.get("frames")]
+    names = {root.rsplit("/", 1)[-1] if root and through else None for root, through in entries}
+    if len(names) != 1 or None in names:
+        return frozenset()
+    return frozenset(root for root, _ in entries if root)
+
+
+def _user_site_of_frames(frames_text: str, scripts: frozenset[str] = frozenset()) -> str | None:
     """The innermost frame of the job's own code in a traceback (``path:line:function`` lines,
     innermost last): outside site-packages, or in the installed package the program starts in
-    (``entry_root``: a console script's or ``python -m``'s)."""
-    entries = [(path, rest.partition(":")) for path, _, rest in
-               (entry.partition(":") for entry in frames_text.splitlines())]
-    root = entry_root([Frame(function=function, file=path)
-                       for path, (_, _, function) in reversed(entries)])
-    with own_roots(frozenset({root} if root else ())):
-        return next((f"{path}:{line}" for path, (line, _, _) in reversed(entries)
+    (``entry_root``: a console script's or ``python -m``'s; ``scripts``: script_roots)."""
+    entries = _traceback_frames(frames_text)
+    root = entry_root(_as_stack(entries))
+    with own_roots(frozenset({root} if root else ()) | scripts):
+        return next((f"{path}:{line}" for path, line, _ in reversed(entries)
                      if path and is_user_file(path)), None)
 
 
@@ -272,7 +296,8 @@ def _cause_verdict(
                        culprit_ranks=(rank,), evidence=(_cite(cause),),
                        next_step=NEXT_STEPS["out_of_memory"])
     victims = _victims(findings, {rank})
-    site = _user_site_of_frames(cause.fields.get("frames", "")) or cause.fields.get("site")
+    site = (_user_site_of_frames(cause.fields.get("frames", ""), script_roots(findings))
+            or cause.fields.get("site"))
     return Verdict(
         kind=VerdictKind.RANK_EXCEPTION, severity="critical",
         summary=f"rank {rank} failed first: {cause.text[:200]}"
@@ -371,7 +396,7 @@ def _timeout_verdict(
         evidence.extend(_rank_tail(rank, last_lines, 3))
     if flight_info.get("summary"):
         evidence.append(str(flight_info["summary"]))
-    site = _user_site_of_frames(first.fields.get("frames", ""))
+    site = _user_site_of_frames(first.fields.get("frames", ""), script_roots(findings))
     return Verdict(
         kind=VerdictKind.COLLECTIVE_TIMEOUT, severity="critical", summary=summary,
         culprit_ranks=tuple(culprits), sites=(site,) if site else (),

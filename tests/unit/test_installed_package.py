@@ -202,3 +202,48 @@ def test_a_crash_in_the_installed_package_names_the_packages_line():
     # THEN the site is the package's line, not the stub's call nor torch's frame
     assert verdicts[0].culprit_ranks == (1,)
     assert verdicts[0].sites == ("/opt/venv/lib/python3.11/site-packages/trainkit/shards.py:24",)
+
+
+THIN_SCRIPT_LOG = """\
+1: Traceback (most recent call last):
+1:   File "/workspace/train.py", line 4, in <module>
+1:     main()
+1:   File "/opt/venv/lib/python3.11/site-packages/trainkit/cli.py", line 30, in main
+1:     shards.refresh_index(shards.export_marker())
+1:   File "/opt/venv/lib/python3.11/site-packages/trainkit/shards.py", line 24, in refresh_index
+1:     return sum(1 for _ in marker.parent.glob("*.tar")) // per_rank
+1: ZeroDivisionError: integer division or modulo by zero
+0: Traceback (most recent call last):
+0:   File "/workspace/train.py", line 4, in <module>
+0:     main()
+0:   File "/opt/venv/lib/python3.11/site-packages/trainkit/cli.py", line 27, in main
+0:     loss = loop.train_step(model, loop.batch(info.rank, step))
+0:   File "/opt/venv/lib/python3.11/site-packages/trainkit/loop.py", line 28, in train_step
+0:     dist.all_reduce(flat)
+0:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2501, in all_reduce
+0:     work.wait()
+0: RuntimeError: Connection closed by peer [10.0.0.2]:5000
+srun: error: node2: task 1: Exited with exit code 1
+"""
+
+
+def test_a_crash_under_a_thin_script_names_the_packages_line_when_every_traceback_agrees():
+    # GIVEN a dead job's log: train.py (the job's own, outside site-packages) calls the
+    # installed package's main() at module level; rank 1 raised in it, rank 0 died after
+    findings, tails, _ = parse_rank_log(THIN_SCRIPT_LOG, "job.out")
+    job = AcctRecord(job_id="7", step=None, state="FAILED", exit_code=1)
+    verdicts = postmortem_verdicts(SlurmRecord(job=job), findings, (), tails, 2)
+    # THEN the site is the package's line, not train.py's call
+    assert verdicts[0].culprit_ranks == (1,)
+    assert verdicts[0].sites == ("/opt/venv/lib/python3.11/site-packages/trainkit/shards.py:24",)
+    # AND when rank 0's traceback enters torch straight from the script, the package stays a
+    # library: the site is the script's call
+    direct = THIN_SCRIPT_LOG.replace(
+        '0:   File "/opt/venv/lib/python3.11/site-packages/trainkit/cli.py", line 27, in main\n'
+        "0:     loss = loop.train_step(model, loop.batch(info.rank, step))\n"
+        '0:   File "/opt/venv/lib/python3.11/site-packages/trainkit/loop.py", line 28, in '
+        "train_step\n0:     dist.all_reduce(flat)\n", "")
+    assert direct != THIN_SCRIPT_LOG
+    findings, tails, _ = parse_rank_log(direct, "job.out")
+    verdicts = postmortem_verdicts(SlurmRecord(job=job), findings, (), tails, 2)
+    assert verdicts[0].sites == ("/workspace/train.py:4",)
