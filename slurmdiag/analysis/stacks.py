@@ -281,28 +281,31 @@ def _entry_step(file: str, function: str) -> str:
 
 def own_package_roots(ranks: Iterable[Rank]) -> frozenset[str]:
     """The installed packages the ranks' programs start in (``entry_root`` of each rank's
-    first stack of its first sample that has one): the job's own code. A package a thin
-    script of the job's own calls (``script_entry``) counts only when every rank's program
-    enters it so: a script whose module level calls an unknown library on one rank (where it
-    hangs) and torch on the others keeps its own lines as the job's code."""
-    roots: set[str] = set()
-    through_script: set[str | None] = set()
+    first stack of its first sample that has one): the job's own code; and the one a thin
+    script of the job's own calls when every rank's program enters it so (agreed_script_roots)."""
+    entries = []
     for rank in ranks:
         for sample in rank.samples:
             if sample.threads:
-                root, script = next(
+                entries.append(next(
                     (e for e in (script_entry(t.frames) for t in sample.threads) if e[0]),
-                    (None, False))
-                if root and not script:
-                    roots.add(root)
-                else:
-                    through_script.add(root)
+                    (None, False)))
                 break
-    # One package by name: each rank's may sit in a site-packages of its own (a venv a task)
-    names = {root.rsplit("/", 1)[-1] if root else None for root in through_script}
-    if len(names) == 1 and None not in names:
-        roots.update(root for root in through_script if root)
-    return frozenset(roots)
+    direct = {root for root, script in entries if root and not script}
+    return frozenset(direct) | agreed_script_roots(entries)
+
+
+def agreed_script_roots(entries: Iterable[tuple[str | None, bool]]) -> frozenset[str]:
+    """The package of ``script_entry`` answers (one a rank's program, or a traceback) that
+    every program not started in its package directly (a console script, ``python -m``)
+    enters from a script of the job's own: one package by name (each task's may sit in a
+    site-packages of its own). A script whose module level calls an unknown library on one
+    rank (where it hangs) and torch on the others keeps its own lines as the job's code."""
+    through = [(root, script) for root, script in entries if not (root and not script)]
+    names = {root.rsplit("/", 1)[-1] if root and script else None for root, script in through}
+    if len(names) != 1 or None in names:
+        return frozenset()
+    return frozenset(root for root, _ in through if root)
 
 
 @contextmanager

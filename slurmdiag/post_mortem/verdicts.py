@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from slurmdiag.analysis.stacks import entry_root, is_user_file, own_roots, script_entry
+from slurmdiag.analysis.stacks import (
+    agreed_script_roots,
+    entry_root,
+    is_user_file,
+    own_roots,
+    script_entry,
+)
 from slurmdiag.hostlist import format_int_ranges
 from slurmdiag.post_mortem.cores import CoreStack
 from slurmdiag.post_mortem.logs import order_key
@@ -68,14 +74,10 @@ def _as_stack(entries: list[tuple[str, str, str]]) -> list[Frame]:
 
 def script_roots(findings: Iterable[LogFinding]) -> frozenset[str]:
     """The installed package a thin script of the job's own calls from its module level on
-    every traceback of the job's log (``script_entry``; one package by name, as the analysis
-    agrees across ranks): the job's code too. Empty when any traceback enters elsewhere."""
-    entries = [script_entry(_as_stack(_traceback_frames(f.fields["frames"])))
-               for f in findings if f.fields.get("frames")]
-    names = {root.rsplit("/", 1)[-1] if root and through else None for root, through in entries}
-    if len(names) != 1 or None in names:
-        return frozenset()
-    return frozenset(root for root, _ in entries if root)
+    every traceback of the job's log, as the analysis agrees across ranks
+    (agreed_script_roots): the job's code too."""
+    return agreed_script_roots(script_entry(_as_stack(_traceback_frames(f.fields["frames"])))
+                               for f in findings if f.fields.get("frames"))
 
 
 def _user_site_of_frames(frames_text: str, scripts: frozenset[str] = frozenset()) -> str | None:
