@@ -39,8 +39,8 @@ def post_heartbeat(url: str, step: int, loss: float) -> None:
         response.read()
 
 
-def main() -> None:
-    info = harness.setup()
+def main(info: harness.RankInfo | None = None) -> None:
+    info = harness.setup(info)
     harness.init_distributed(info)
     posts_heartbeats = info.rank == info.world_size - 1
     tracker = unresponsive_tracker() if posts_heartbeats else None
