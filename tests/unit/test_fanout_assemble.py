@@ -361,6 +361,10 @@ def test_the_srun_transport_feeds_the_gate_with_the_steps_lines():
     SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
     # THEN the go is fed once both collectors said they are ready, not before
     assert fed == [None, b"go\n"]
+    # AND the output the runner returned (without the lines it played) is decoded whole
+    out = SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
+    assert {n: o.status for n, o in out.nodes.items()} == {"node001": "ok", "node002": "ok"}
+    assert out.warnings == []  # no line of it cut into noise
 
 
 def test_the_srun_transport_decodes_what_it_read_as_it_came_and_the_rest_after():
