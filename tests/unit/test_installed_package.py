@@ -194,14 +194,19 @@ srun: error: node2: task 1: Exited with exit code 1
 """
 
 
+def _dead_job(log: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """(culprits, sites) of the post-mortem's first verdict on a failed job with ``log``."""
+    findings, tails, _ = parse_rank_log(log, "job.out")
+    job = AcctRecord(job_id="7", step=None, state="FAILED", exit_code=1)
+    verdict = postmortem_verdicts(SlurmRecord(job=job), findings, (), tails, 2)[0]
+    return verdict.culprit_ranks, verdict.sites
+
+
 def test_a_crash_in_the_installed_package_names_the_packages_line():
     # GIVEN a dead job's log: rank 1 raised inside its installed package, run by its stub
-    findings, tails, _ = parse_rank_log(CRASH_LOG, "job.out")
-    job = AcctRecord(job_id="7", step=None, state="FAILED", exit_code=1)
-    verdicts = postmortem_verdicts(SlurmRecord(job=job), findings, (), tails, 2)
     # THEN the site is the package's line, not the stub's call nor torch's frame
-    assert verdicts[0].culprit_ranks == (1,)
-    assert verdicts[0].sites == ("/opt/venv/lib/python3.11/site-packages/trainkit/shards.py:24",)
+    assert _dead_job(CRASH_LOG) == (
+        (1,), ("/opt/venv/lib/python3.11/site-packages/trainkit/shards.py:24",))
 
 
 THIN_SCRIPT_LOG = """\
@@ -230,12 +235,9 @@ srun: error: node2: task 1: Exited with exit code 1
 def test_a_crash_under_a_thin_script_names_the_packages_line_when_every_traceback_agrees():
     # GIVEN a dead job's log: train.py (the job's own, outside site-packages) calls the
     # installed package's main() at module level; rank 1 raised in it, rank 0 died after
-    findings, tails, _ = parse_rank_log(THIN_SCRIPT_LOG, "job.out")
-    job = AcctRecord(job_id="7", step=None, state="FAILED", exit_code=1)
-    verdicts = postmortem_verdicts(SlurmRecord(job=job), findings, (), tails, 2)
     # THEN the site is the package's line, not train.py's call
-    assert verdicts[0].culprit_ranks == (1,)
-    assert verdicts[0].sites == ("/opt/venv/lib/python3.11/site-packages/trainkit/shards.py:24",)
+    assert _dead_job(THIN_SCRIPT_LOG) == (
+        (1,), ("/opt/venv/lib/python3.11/site-packages/trainkit/shards.py:24",))
     # AND when rank 0's traceback enters torch straight from the script, the package stays a
     # library: the site is the script's call
     direct = THIN_SCRIPT_LOG.replace(
@@ -244,6 +246,4 @@ def test_a_crash_under_a_thin_script_names_the_packages_line_when_every_tracebac
         '0:   File "/opt/venv/lib/python3.11/site-packages/trainkit/loop.py", line 28, in '
         "train_step\n0:     dist.all_reduce(flat)\n", "")
     assert direct != THIN_SCRIPT_LOG
-    findings, tails, _ = parse_rank_log(direct, "job.out")
-    verdicts = postmortem_verdicts(SlurmRecord(job=job), findings, (), tails, 2)
-    assert verdicts[0].sites == ("/workspace/train.py:4",)
+    assert _dead_job(direct) == ((1,), ("/workspace/train.py:4",))
