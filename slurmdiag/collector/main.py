@@ -15,6 +15,7 @@ import sys
 import time
 
 from .discovery import (
+    _ancestors,
     _as_int,
     _is_python,
     _launcher,
@@ -205,10 +206,10 @@ def _via(procs, info):
     """The pids between the rank and its child ``info``, its parent first: the shell that
     ``shell=True`` or os.system runs and the rank waits for (``[]`` for the rank's own child)."""
     out = []  # type: list
-    pid = info["stat"]["ppid"]
-    while pid != info["rank_pid"] and pid in procs and len(out) < MAX_VIA:
-        out.append(pid)
-        pid = procs[pid]["stat"]["ppid"]
+    for parent in _ancestors(procs, info["pid"]):
+        if parent["pid"] == info["rank_pid"] or len(out) == MAX_VIA:
+            break
+        out.append(parent["pid"])
     return out
 
 

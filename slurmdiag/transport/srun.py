@@ -224,13 +224,9 @@ def nodes_without_system_python(nodes: Sequence[str], out: FanoutResult, stderr:
 
 def read_all(reader: FrameReader, result: CommandResult) -> FrameResult:
     """What ``reader`` decoded as the output arrived, with the rest of ``result.stdout`` (a
-    last line without its newline; what was read after srun was ended). When what it read
-    cannot be the output's start (a runner that gave it other lines), the output is decoded
-    whole."""
-    text, read = result.stdout, reader.chars
-    if read and (read > len(text) or text[read - 1] != "\n"):
-        return decode_frames(text)
-    reader.feed_rest(text)
+    last line without its newline; what was read after srun was ended). run_command's
+    output always starts with the lines it passed on."""
+    reader.feed_rest(result.stdout)
     return reader.result()
 
 

@@ -348,23 +348,24 @@ def test_a_node_that_never_starts_delays_the_others_by_go_after_first_s_at_most(
 
 
 def test_the_srun_transport_feeds_the_gate_with_the_steps_lines():
-    # GIVEN a runner standing in for srun, which plays the step's hello lines to the callback
-    # and asks the feed after each
+    # GIVEN a runner standing in for srun, which plays the step's ready lines to the callback
+    # and asks the feed after each, then returns the whole output (those lines first, as
+    # run_command's output holds every line it passed on)
     fed = []
+    ready = [f"@SDG1-READY {node}" for node in ("node001", "node002")]
 
     def runner(argv, timeout, **kwargs):
-        for node in ("node001", "node002"):
-            kwargs["on_stdout_line"](f"@SDG1-READY {node}")
+        for line in ready:
+            kwargs["on_stdout_line"](line)
             fed.append(kwargs["feed"]())
-        return result(stdout=REAL_STDOUT)
+        return result(stdout="".join(f"{line}\n" for line in ready) + REAL_STDOUT)
 
-    SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
+    out = SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
     # THEN the go is fed once both collectors said they are ready, not before
     assert fed == [None, b"go\n"]
-    # AND the output the runner returned (without the lines it played) is decoded whole
-    out = SrunTransport(runner).collect("77", ["node001", "node002"], AttachOptions())
+    # AND every node's document is read, no line of the output cut into noise
     assert {n: o.status for n, o in out.nodes.items()} == {"node001": "ok", "node002": "ok"}
-    assert out.warnings == []  # no line of it cut into noise
+    assert out.warnings == []
 
 
 def test_the_srun_transport_decodes_what_it_read_as_it_came_and_the_rest_after():
