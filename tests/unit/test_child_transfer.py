@@ -60,6 +60,19 @@ def test_a_tool_run_through_a_shell_is_the_child_waited_for():
     assert "(run through pid " in healthy.summary and "(run through pid " in stalled.summary
 
 
+def test_a_real_sidecar_does_not_speak_for_a_stalled_tool_run_through_a_shell():
+    # GIVEN the real look of rank0_upload_shell_sidecar: the tool stalled behind sh, and a
+    # metrics sidecar child of rank 0 sending every 100 ms
+    snapshot = recorded("rank0_upload_shell_sidecar.default.sidecar")
+    rank0 = next(r for n in snapshot.nodes for r in n.ranks if r.rank == 0)
+    assert any(w.recent_traffic and w.recent_traffic.active and "_sidecar.py" in w.cmdline[1]
+               for w in rank0.workers)
+    # THEN rank 0 is blamed, the tool named
+    verdict = analyze(snapshot).verdicts[0]
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (0,)
+    assert "_copy_tool.py" in verdict.summary and "_sidecar.py" not in verdict.summary
+
+
 def test_a_sidecar_moving_data_does_not_speak_for_a_stalled_tool_run_through_a_shell():
     # GIVEN the stalled look with rank 0's other child (the gateway here; a metrics service,
     # wandb's, in real jobs) moving data: it is not what sh runs
