@@ -2899,6 +2899,21 @@ def _busy_everywhere(busy: list[_Status], idle: list[_Status] | None = None) -> 
     )
 
 
+def _asleep_together(everyone: list[_Status]) -> bool:
+    """Ranks at one stack, blocked, that the kernel says sleep, save those it says nothing of.
+
+    A rank read at the instant its sleep ends is runnable with no wait channel (state R, no
+    CPU used yet): it gives no word of its own, and the stack it shares with the sleepers is
+    theirs (found in CI: healthy_slow's rank 0 woke as the look ended, and the job was called
+    all_waiting). A rank of the stack whose kernel says anything else (a lock, a pipe) keeps
+    the stack from being a sleep.
+    """
+    if any(s.status != "blocked" for s in everyone):
+        return False
+    words = {s.kind for s in everyone} - {"blocked"}
+    return words == {"sleep"}
+
+
 def _without_waiters(
     waiting: list[_Status], blocked: list[_Status], busy: list[_Status], severity: str
 ) -> list[Verdict]:
@@ -2923,7 +2938,7 @@ def _without_waiters(
     classes = {s.digest.class_index for s in everyone}
     if len(classes) == 1:
         head = everyone[0]
-        if head.status == "blocked" and head.kind == "sleep":
+        if _asleep_together(everyone):
             return [
                 Verdict(
                     kind=VerdictKind.IDLE,

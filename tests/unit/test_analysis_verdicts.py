@@ -349,6 +349,25 @@ def test_every_rank_sleeping_together_is_idle_info() -> None:
     assert [(v.kind, v.severity) for v in a.verdicts] == [("idle", "info")]
 
 
+def test_a_sleeper_read_as_it_wakes_still_sleeps_with_the_others() -> None:
+    # GIVEN every rank at one line of its own code, ranks 1-3 in the kernel's nanosleep and
+    # rank 0 read at the instant its sleep ended: runnable, no wait channel, no CPU yet (CI:
+    # healthy_slow was called all_waiting so)
+    asleep = {"wchan": "hrtimer_nanosleep", "state": "S", "cpu": 0.0}
+    woke = {"wchan": None, "state": "R", "cpu": 0.0}
+    # the main thread's CPU time read in each sample, unchanged over the look
+    still = [Sample(t=0.5 * i, threads=(replace(thread(in_user(70)), cpu_s=2.0),))
+             for i in range(K)]
+    s = job(1, 4, lambda r: still, overrides={r: woke if r == 0 else asleep for r in range(4)})
+    # WHEN diagnosed THEN the job sleeps: idle, info
+    assert [(v.kind, v.severity) for v in diagnose(s).verdicts] == [("idle", "info")]
+    # AND a rank of that stack the kernel says waits on a pipe keeps it from being a sleep
+    s = job(1, 4, lambda r: still,
+            overrides={r: {**asleep, "wchan": "pipe_read"} if r == 0 else asleep
+                       for r in range(4)})
+    assert "idle" not in kinds(diagnose(s))
+
+
 # --------------------------------------------------------------------------------- progress
 
 
