@@ -70,6 +70,10 @@ WATCHDOG_MARGIN_S = 0.15
 ATTACH_WAIT_S = 0.3
 # Said when discovery is done, if the controller sends a go (align_s): see sample_stacks.
 READY_LINE = "@SDG1-READY {}\n"
+# A process read runnable with no wait channel while its CPU over the window stayed under this
+# (percent of a core) is read again for up to WOKEN_REREAD_S s (see reread_woken).
+IDLE_CPU_PERCENT = 5.0
+WOKEN_REREAD_S = 0.012
 # The deadline of a collector whose arguments are unusable: it only reports them.
 ARGS_ERROR_BUDGET_S = 5.0
 
@@ -450,8 +454,8 @@ def read_process_state(run):
         entry["cpu_window_s"] = round(window, 3)
         if window > 0.05:
             entry["cpu_percent"] = round((stat["ticks"] - ticks) / tick / window * 100.0, 1)
-        wchan = _read(f"/proc/{pid}/wchan", one_show=True)
-        entry["wchan"] = wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
+        entry["wchan"] = _wchan(pid)
+    reread_woken(run, run.entries)
     try:
         read_blocked_calls(run)
     except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
@@ -470,6 +474,43 @@ def read_process_state(run):
     for entry in run.ranks:
         if entry["pid"] in locks:
             entry["file_locks"] = locks[entry["pid"]]
+
+
+def _wchan(pid):
+    """The kernel function a process sleeps in, None while it runs (or is gone)."""
+    wchan = _read(f"/proc/{pid}/wchan", one_show=True)
+    return wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
+
+
+def reread_woken(run, entries):
+    """Read again, for up to WOKEN_REREAD_S, the state of the processes read runnable with no
+    wait channel though they used (almost) no CPU over the window, until the kernel names
+    their wait.
+
+    Such a reading caught an instant: a sleep that ended (a data loader's sleep as the look
+    ends: all_waiting called on a healthy job), a blocked call restarted by strace's attach
+    (a FIFO's open read as running). A process that stays runnable (starved on a crowded
+    node) keeps its reading; one that works is not read again (its CPU says so)."""
+    woken = [e for e in entries
+             if e.get("state") == "R" and e.get("wchan") is None
+             and e.get("cpu_percent") is not None and e["cpu_percent"] < IDLE_CPU_PERCENT]
+    if not woken:
+        return
+    until = min(time.monotonic() + WOKEN_REREAD_S, run.clock.deadline - FINISH_RESERVE_S)
+    while woken and time.monotonic() < until:
+        time.sleep(0.002)
+        left = []
+        for entry in woken:
+            pid = entry["pid"]
+            wchan = _wchan(pid)
+            stat = _untraced_stat(pid) if run.tracing is not None else read_stat(pid)
+            if stat is None or stat["starttime"] != run.window_start[pid][2]:
+                continue
+            if wchan is not None and stat["state"] != "R":
+                entry["state"], entry["wchan"] = stat["state"], wchan
+            else:
+                left.append(entry)
+        woken = left
 
 
 def read_blocked_calls(run):

@@ -1045,6 +1045,41 @@ def test_a_syscall_stop_of_our_own_strace_is_not_reported_as_stopped(monkeypatch
     assert strace._untraced_stat(1234, tries=3)["state"] == "t"
 
 
+def test_a_rank_read_as_its_sleep_ends_is_read_again_until_the_kernel_names_its_wait() -> None:
+    # GIVEN three real processes read at the end of a look as runnable with no wait channel:
+    # one asleep (read at the instant its sleep ended), one spinning that used no CPU by the
+    # reading (starved), one asleep whose reading says it used a core
+    from types import SimpleNamespace
+
+    from slurmdiag.collector import main as collector
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)  # the sleepers asleep, the spinner spinning
+        procs = (sleeper, spinner, worker)
+        entries = [{"pid": p.pid, "state": "R", "wchan": None, "cpu_percent": cpu}
+                   for p, cpu in zip(procs, (0.0, 0.0, 90.0))]
+        starts = {p.pid: (0.0, 0, procfs.read_stat(p.pid)["starttime"]) for p in procs}
+        run = SimpleNamespace(tracing=None, window_start=starts,
+                              clock=tools.Clock(30.0))
+        # WHEN they are read again
+        began = time.monotonic()
+        collector.reread_woken(run, entries)
+        spent = time.monotonic() - began
+        # THEN the sleeper's wait is named, the spinner stays runnable (read for no longer than
+        # the re-read's bound), and the one that worked is not read again
+        assert entries[0]["state"] == "S" and "sleep" in entries[0]["wchan"], entries[0]
+        assert entries[1]["state"] == "R" and entries[1]["wchan"] is None, entries[1]
+        assert entries[2] == {"pid": worker.pid, "state": "R", "wchan": None, "cpu_percent": 90.0}
+        assert spent < collector.WOKEN_REREAD_S + 0.5, spent
+    finally:
+        for p in (sleeper, spinner, worker):
+            p.kill()
+            p.wait()
+
+
 # ---------------------------------------------------------------- a sample kept, not read again
 
 
