@@ -2758,6 +2758,22 @@ def _poll_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
             s.status in ("blocked", "busy") for s in rest) or any(
             _sleep_function(s) == where for s in rest):
         return statuses, None
+    ranks = [s.digest.proc for s in statuses]
+    store, owner = _store_ports(ranks), _endpoint_owners(statuses)
+    stuck = [s for s in rest if s.status in ("blocked", "busy")]
+    if all(s.status == "blocked" and _waits_on_the_job(s, store, owner) for s in stuck):
+        # the rest wait on the job itself (a store key, a peer's reply): the sleepers are what
+        # they wait for (retry_loop_store_waiter: ranks 0-2 retry a dead service for ever
+        # before they publish their leases, rank 3 waits for the leases in store.wait)
+        waiters = {id(s) for s in stuck}
+        out = [replace(s, status="waiting", kind="peer", op=PEER_WAIT_OP,
+                       position=("peer", s.site)) if id(s) in waiters else s for s in statuses]
+        note = (f"{_ranks_label(s.rank for s in stuck)} "
+                f"{_verb([s.rank for s in stuck], 'waits', 'wait')} on the job over a socket "
+                f"({_job_socket_phrase(stuck, store, owner)}) while "
+                f"{_ranks_label(s.rank for s in group)} sleep together in {where}, a loop of "
+                "their own code: taken as waiting on the sleepers")
+        return out, note
     chosen = {id(s) for s in group}
     out = [replace(s, status="waiting", kind="peer", op=POLL_WAIT_OP, position=("poll", s.site))
            if id(s) in chosen else s for s in statuses]
@@ -2767,6 +2783,48 @@ def _poll_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
             "what those do (an asynchronous collective's completion, a key, a file), like a "
             "collective")
     return out, note
+
+
+_POLL_CALLS = frozenset({"poll", "ppoll"})
+
+
+def _endpoint_owners(statuses: list[_Status]) -> dict[str, int | None]:
+    """{socket endpoint: the rank whose connection has it as its local end}."""
+    owner: dict[str, int | None] = {}
+    for s in statuses:
+        for c in s.digest.proc.connections:
+            if c.state == "ESTABLISHED":
+                owner.setdefault(c.local, s.rank)
+    return owner
+
+
+def _job_sockets(s: _Status, store: frozenset[str],
+                 owner: dict[str, int | None]) -> list[BlockedCall]:
+    """The rank's main thread's socket waits (a receive, a poll: a TCPStore client polls for its
+    reply) whose far end is the job's store or another rank."""
+    proc = s.digest.proc
+    return [c for c in proc.blocked_calls
+            if c.tid == proc.pid and (c.call in TRANSFER_CALLS or c.call in _POLL_CALLS)
+            and c.remote and not c.remote.endswith(":0")
+            and (_port(c.remote) in store or owner.get(c.remote, s.rank) != s.rank)]
+
+
+def _waits_on_the_job(s: _Status, store: frozenset[str], owner: dict[str, int | None]) -> bool:
+    """Blocked, idle, its main thread in a socket wait on the job's store or on another rank: it
+    waits for the job (a key ranks will set, a peer's reply), not for something of its own or
+    an outside service (an HTTP call with no timeout: a straggler)."""
+    return not _measured_work(s.digest) and bool(_job_sockets(s, store, owner))
+
+
+def _job_socket_phrase(stuck: list[_Status], store: frozenset[str],
+                       owner: dict[str, int | None]) -> str:
+    parts = []
+    for s in stuck[:4]:
+        c = _job_sockets(s, store, owner)[0]
+        far = (f"the job's store at {c.remote}" if _port(c.remote or "") in store
+               else f"rank {owner.get(c.remote or '')} at {c.remote}")
+        parts.append(f"rank {s.rank} in {c.call} on {c.local} -> {far}")
+    return "; ".join(parts)
 
 
 def _sleep_function(s: _Status) -> str | None:

@@ -12,6 +12,7 @@ does). Only calls whose first argument is a descriptor are kept. Stdlib only, po
 """
 
 import posix as os
+import sys
 
 # System call numbers whose first argument is a file descriptor, per architecture (x86_64:
 # arch/x86/entry/syscalls/syscall_64.tbl; aarch64 and other new ports: asm-generic/unistd.h).
@@ -33,6 +34,12 @@ FD_CALLS = {
 #: wait4, whose first argument is the pid waited for (subprocess's waitpid): which child a rank
 #: waits on when it has several (a copy tool beside a metrics sidecar).
 WAIT_CALLS = {"x86_64": {61: "wait4"}, "aarch64": {260: "wait4"}}
+#: poll and ppoll, whose first argument is an array of (fd, events, revents) and second its
+#: length: a TCPStore client waits for its reply so (store.wait, store.get), on the store's
+#: connection. The array is read from the process's memory (/proc/PID/mem: the access ptrace
+#: and py-spy need too), at most MAX_POLLED entries; the call's fd is the first socket polled.
+POLL_CALLS = {"x86_64": {7: "poll", 271: "ppoll"}, "aarch64": {73: "ppoll"}}
+MAX_POLLED = 8
 #: Threads kept per process: a pool of a hundred readers needs a few named.
 MAX_CALLS = 16
 
@@ -65,7 +72,7 @@ def blocked_calls(pid, machine=None):
     table = FD_CALLS.get(machine)
     if table is None:
         return []
-    table = {**table, **WAIT_CALLS.get(machine, {})}
+    table = {**table, **WAIT_CALLS.get(machine, {}), **POLL_CALLS.get(machine, {})}
     try:
         tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
     except (OSError, ValueError):
@@ -87,6 +94,11 @@ def blocked_calls(pid, machine=None):
             continue
         if call[0] == "wait4":
             target = f"process:{call[1]}" if call[1] > 0 else None
+        elif call[0] in ("poll", "ppoll"):
+            polled = polled_socket(pid, call[1], text)
+            if polled is None:
+                continue
+            call, target = (call[0], polled[0]), polled[1]
         else:
             try:
                 target = os.readlink(f"/proc/{pid}/fd/{call[1]}")
@@ -96,3 +108,36 @@ def blocked_calls(pid, machine=None):
         if len(found) >= MAX_CALLS:
             break
     return found
+
+
+def polled_socket(pid, address, text):
+    """(fd, its target) of the first socket in the pollfd array a thread polls, or None (no
+    socket, or the array unreadable: the process gone, or no ptrace access)."""
+    fields = text.split()
+    try:
+        count = min(int(fields[2], 16), MAX_POLLED)
+    except (IndexError, ValueError):
+        return None
+    if count <= 0 or address <= 0:
+        return None
+    try:
+        mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.pread(mem, 8 * count, address)
+    except (OSError, OverflowError):
+        return None
+    finally:
+        os.close(mem)
+    for i in range(len(data) // 8):
+        fd = int.from_bytes(data[8 * i:8 * i + 4], sys.byteorder, signed=True)
+        if fd < 0:
+            continue
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            return fd, target
+    return None

@@ -67,6 +67,42 @@ def test_each_blocked_thread_is_read_with_its_call_and_what_its_descriptor_is(
     assert calls[pipe]["target"].startswith("pipe:[")
 
 
+# A process whose main thread polls a pipe and a socket (a TCPStore client's wait for its
+# reply: poll on the store's connection) and whose "pipes" thread polls two pipes only.
+POLLING = r"""
+import os, select, socket, threading
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
+conn = socket.create_connection(server.getsockname())
+r1, _w1 = os.pipe(); r2, _w2 = os.pipe()
+def pipes():
+    p = select.poll(); p.register(r1, select.POLLIN); p.register(r2, select.POLLIN); p.poll()
+threading.Thread(target=pipes, name="pipes").start()
+print(os.getpid(), conn.fileno(), flush=True)
+p = select.poll(); p.register(r2, select.POLLIN); p.register(conn, select.POLLIN); p.poll()
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
+def test_a_thread_polling_a_socket_names_the_socket() -> None:
+    # GIVEN a process whose main thread polls a pipe and a socket, another thread two pipes
+    proc = subprocess.Popen([sys.executable, "-c", POLLING], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        pid, sock = (int(x) for x in proc.stdout.readline().split())
+        deadline = time.monotonic() + 10
+        calls = blocked_calls(pid)
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+            calls = blocked_calls(pid)
+        # THEN the main thread is read in poll on the socket (the first socket of its array),
+        # and the thread that polls pipes only is not listed
+        assert [(c["tid"], c["call"], c["fd"]) for c in calls] == [(pid, "poll", sock)], calls
+        assert calls[0]["target"].startswith("socket:[")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
 def test_a_socket_waited_on_is_named_by_its_connection(blocked: tuple[int, int, int]) -> None:
     pid, sock, _ = blocked

@@ -20,7 +20,7 @@ from snapfactory import (
 )
 
 from slurmdiag.analysis import analyze
-from slurmdiag.snapshot import LogFinding, Sample, ThreadStack
+from slurmdiag.snapshot import BlockedCall, LogFinding, Sample, ThreadStack
 
 
 def test_ranks_waiting_for_a_working_holders_file_lock_are_a_gated_build():
@@ -175,6 +175,34 @@ def test_a_lone_sleeper_or_every_rank_asleep_is_not_a_poll_wait():
                      *(rank(r, _asleep(55), _asleep(55), wchan="hrtimer_nanosleep")
                        for r in (2, 3))))
     assert set(analyze(half).verdicts[0].culprit_ranks) == {0, 1, 2, 3}
+
+
+def _polling_socket(far: str):  # type: ignore[no-untyped-def]
+    """Rank 3 idle in a C call from its own line, its main thread polling a socket to ``far``
+    (a TCPStore client's wait for its reply)."""
+    at = stack(f"shard_map {SCENARIOS}lease.py:28", f"main {SCENARIOS}lease.py:80",
+               f"<module> {SCENARIOS}lease.py:90")
+    waiter = rank(3, at, at, wchan="poll_schedule_timeout.constprop.0",
+                  env={"MASTER_PORT": "29500"})
+    call = BlockedCall(tid=waiter.pid, call="poll", fd=7, target="socket:[9]",
+                       local="127.0.0.1:40000", remote=far)
+    return replace(waiter, blocked_calls=(call,))
+
+
+def test_ranks_asleep_together_while_the_rest_waits_on_the_store_are_the_culprits():
+    # GIVEN ranks 0-2 asleep together in a retry loop of their own (a dead service), rank 3
+    # polling its connection to the job's store (store.wait for the keys they would set)
+    sleepers = [rank(r, _asleep(40), _asleep(40), wchan="hrtimer_nanosleep",
+                     env={"MASTER_PORT": "29500"}) for r in (0, 1, 2)]
+    verdict = analyze(snap(node("n1", *sleepers, _polling_socket("127.0.0.1:29500")))).verdicts[0]
+    # THEN the sleepers are blamed, rank 3 waits on them (it was blamed as their straggler)
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (0, 1, 2), verdict
+    assert any("rank 3 waits on the job over a socket (rank 3 in poll on 127.0.0.1:40000 -> "
+               "the job's store at 127.0.0.1:29500)" in line for line in verdict.evidence), verdict
+    # AND polling a service outside the job (a tracker's HTTP reply): the poll rule as before,
+    # the sleepers wait on rank 3
+    verdict = analyze(snap(node("n1", *sleepers, _polling_socket("10.9.9.9:443")))).verdicts[0]
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (3,), verdict
 
 
 def test_a_rank_of_the_same_loop_caught_awake_is_not_the_rest():
