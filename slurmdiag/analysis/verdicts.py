@@ -2812,7 +2812,9 @@ def _job_sockets(s: _Status, store: frozenset[str],
 def _waits_on_the_job(s: _Status, store: frozenset[str], owner: dict[str, int | None]) -> bool:
     """Blocked, idle, its main thread in a socket wait on the job's store or on another rank: it
     waits for the job (a key ranks will set, a peer's reply), not for something of its own or
-    an outside service (an HTTP call with no timeout: a straggler)."""
+    an outside service (an HTTP call with no timeout: a straggler). What would make it lie: a
+    rank waiting for a key nobody will ever set (a typo in its own key) while the sleepers
+    poll a collective it never joins: the stacks are the same, the sleepers are blamed."""
     return not _measured_work(s.digest) and bool(_job_sockets(s, store, owner))
 
 
