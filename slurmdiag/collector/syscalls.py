@@ -39,7 +39,14 @@ WAIT_CALLS = {"x86_64": {61: "wait4"}, "aarch64": {260: "wait4"}}
 #: connection. The array is read from the process's memory (/proc/PID/mem: the access ptrace
 #: and py-spy need too), at most MAX_POLLED entries; the call's fd is the first socket polled.
 POLL_CALLS = {"x86_64": {7: "poll", 271: "ppoll"}, "aarch64": {73: "ppoll"}}
+#: restart_syscall: a poll with a timeout that a ptrace stop interrupted (py-spy's dump with
+#: --locals, strace's attach) goes on in it, its arguments still in the registers. Read as a
+#: poll when the thread's kernel wait is a poll's (wchan poll_schedule_timeout) and its first
+#: arguments read as a pollfd array of a socket.
+RESTART_CALLS = {"x86_64": {219: "restart_syscall"}, "aarch64": {128: "restart_syscall"}}
 MAX_POLLED = 8
+#: The event bits a pollfd asks for (POLLIN ... POLLMSG, POLLRDHUP): anything else is not one.
+POLL_EVENTS = 0x27FF
 #: Threads kept per process: a pool of a hundred readers needs a few named.
 MAX_CALLS = 16
 
@@ -72,7 +79,8 @@ def blocked_calls(pid, machine=None):
     table = FD_CALLS.get(machine)
     if table is None:
         return []
-    table = {**table, **WAIT_CALLS.get(machine, {}), **POLL_CALLS.get(machine, {})}
+    table = {**table, **WAIT_CALLS.get(machine, {}), **POLL_CALLS.get(machine, {}),
+             **RESTART_CALLS.get(machine, {})}
     try:
         tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
     except (OSError, ValueError):
@@ -94,11 +102,13 @@ def blocked_calls(pid, machine=None):
             continue
         if call[0] == "wait4":
             target = f"process:{call[1]}" if call[1] > 0 else None
-        elif call[0] in ("poll", "ppoll"):
-            polled = polled_socket(pid, call[1], text)
+        elif call[0] in ("poll", "ppoll", "restart_syscall"):
+            polled = (polled_socket(pid, call[1], text)
+                      if call[0] != "restart_syscall" or _polls(pid, tid) else None)
             if polled is None:
                 continue
-            call, target = (call[0], polled[0]), polled[1]
+            name = "poll" if call[0] == "restart_syscall" else call[0]
+            call, target = (name, polled[0]), polled[1]
         else:
             try:
                 target = os.readlink(f"/proc/{pid}/fd/{call[1]}")
@@ -108,6 +118,20 @@ def blocked_calls(pid, machine=None):
         if len(found) >= MAX_CALLS:
             break
     return found
+
+
+def _polls(pid, tid):
+    """Does the thread sleep in a poll's kernel wait (a restarted poll's, or select's)?"""
+    try:
+        fd = os.open(f"/proc/{pid}/task/{tid}/wchan", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return b"poll" in os.read(fd, 128)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def polled_socket(pid, address, text):
@@ -132,6 +156,9 @@ def polled_socket(pid, address, text):
         os.close(mem)
     for i in range(len(data) // 8):
         fd = int.from_bytes(data[8 * i:8 * i + 4], sys.byteorder, signed=True)
+        events = int.from_bytes(data[8 * i + 4:8 * i + 6], sys.byteorder)
+        if not events or events & ~POLL_EVENTS:
+            return None  # not a pollfd array (a restarted call of another kind)
         if fd < 0:
             continue
         try:

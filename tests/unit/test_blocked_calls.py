@@ -7,6 +7,7 @@ event loop (`asyncio_fetch_stuck`)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +22,13 @@ from slurmdiag.analysis import diagnose
 from slurmdiag.assemble import _blocked_calls
 from slurmdiag.collector.main import read_blocked_calls
 from slurmdiag.collector.sockets import tcp_sockets
-from slurmdiag.collector.syscalls import FD_CALLS, WAIT_CALLS, blocked_calls, parse_syscall
+from slurmdiag.collector.syscalls import (
+    FD_CALLS,
+    RESTART_CALLS,
+    WAIT_CALLS,
+    blocked_calls,
+    parse_syscall,
+)
 from slurmdiag.snapshot import Rank, Snapshot
 
 ACCURACY = Path(__file__).resolve().parent.parent / "fixtures" / "accuracy"
@@ -78,11 +85,16 @@ def pipes():
     p = select.poll(); p.register(r1, select.POLLIN); p.register(r2, select.POLLIN); p.poll()
 threading.Thread(target=pipes, name="pipes").start()
 print(os.getpid(), conn.fileno(), flush=True)
-p = select.poll(); p.register(r2, select.POLLIN); p.register(conn, select.POLLIN); p.poll()
+p = select.poll(); p.register(r2, select.POLLIN); p.register(conn, select.POLLIN)
+p.poll(600_000)
 """
 
 
-@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
+#: restart_syscall's number, as /proc/PID/syscall starts with it
+RESTART = next((f"{n} " for n in RESTART_CALLS.get(os.uname().machine, {})), "?")
+
+
+@pytest.mark.skipif(os.uname().machine not in RESTART_CALLS, reason="no system call table here")
 def test_a_thread_polling_a_socket_names_the_socket() -> None:
     # GIVEN a process whose main thread polls a pipe and a socket, another thread two pipes
     proc = subprocess.Popen([sys.executable, "-c", POLLING], stdout=subprocess.PIPE, text=True)
@@ -98,6 +110,17 @@ def test_a_thread_polling_a_socket_names_the_socket() -> None:
         # and the thread that polls pipes only is not listed
         assert [(c["tid"], c["call"], c["fd"]) for c in calls] == [(pid, "poll", sock)], calls
         assert calls[0]["target"].startswith("socket:[")
+        # AND once a stop interrupted it (py-spy's dump with --locals, strace's attach), the
+        # poll goes on in restart_syscall, and is still read as the poll on the socket
+        os.kill(proc.pid, signal.SIGSTOP)
+        os.kill(proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while (not Path(f"/proc/{pid}/syscall").read_text().startswith(RESTART)
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        assert Path(f"/proc/{pid}/syscall").read_text().startswith(RESTART)
+        calls = blocked_calls(pid)
+        assert [(c["tid"], c["call"], c["fd"]) for c in calls] == [(pid, "poll", sock)], calls
     finally:
         proc.kill()
         proc.wait()
