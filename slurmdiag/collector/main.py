@@ -476,21 +476,20 @@ def read_process_state(run):
             entry["file_locks"] = locks[entry["pid"]]
 
 
+# The kernel function a process sleeps in, None while it runs (or is gone).
 def _wchan(pid):
-    """The kernel function a process sleeps in, None while it runs (or is gone)."""
     wchan = _read(f"/proc/{pid}/wchan", one_show=True)
     return wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
 
 
+# Read again, for up to WOKEN_REREAD_S, the state of the processes read runnable with no wait
+# channel though they used (almost) no CPU over the window, until the kernel names their wait.
+# Such a reading caught an instant: a sleep that ended (a data loader's sleep as the look ends:
+# all_waiting called on a healthy job), a blocked call restarted by strace's attach (a FIFO's
+# open read as running). A process that stays runnable (starved on a crowded node) keeps its
+# reading; one that works is not read again (its CPU says so). (Comments, not a docstring:
+# comment lines do not travel in the collector's payload.)
 def reread_woken(run, entries):
-    """Read again, for up to WOKEN_REREAD_S, the state of the processes read runnable with no
-    wait channel though they used (almost) no CPU over the window, until the kernel names
-    their wait.
-
-    Such a reading caught an instant: a sleep that ended (a data loader's sleep as the look
-    ends: all_waiting called on a healthy job), a blocked call restarted by strace's attach
-    (a FIFO's open read as running). A process that stays runnable (starved on a crowded
-    node) keeps its reading; one that works is not read again (its CPU says so)."""
     woken = [e for e in entries
              if e.get("state") == "R" and e.get("wchan") is None
              and e.get("cpu_percent") is not None and e["cpu_percent"] < IDLE_CPU_PERCENT]

@@ -120,8 +120,8 @@ def blocked_calls(pid, machine=None):
     return found
 
 
+# Does the thread sleep in a poll's kernel wait (a restarted poll's, or select's)?
 def _polls(pid, tid):
-    """Does the thread sleep in a poll's kernel wait (a restarted poll's, or select's)?"""
     try:
         fd = os.open(f"/proc/{pid}/task/{tid}/wchan", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -134,9 +134,9 @@ def _polls(pid, tid):
         os.close(fd)
 
 
+# (fd, its target) of the first socket in the pollfd array a thread polls, or None (no socket,
+# or the array unreadable: the process gone, or no ptrace access).
 def polled_socket(pid, address, text):
-    """(fd, its target) of the first socket in the pollfd array a thread polls, or None (no
-    socket, or the array unreadable: the process gone, or no ptrace access)."""
     fields = text.split()
     try:
         count = min(int(fields[2], 16), MAX_POLLED)

@@ -205,6 +205,24 @@ def test_ranks_asleep_together_while_the_rest_waits_on_the_store_are_the_culprit
     assert verdict.kind == "straggler" and verdict.culprit_ranks == (3,), verdict
 
 
+@pytest.mark.parametrize("name, culprits", [
+    ("retry_loop_store_waiter.default.store_poll", (0, 1, 2)),
+    ("async_poll_http_stall.default", (3,)),
+])
+def test_who_waits_on_whom_when_the_rest_sit_on_a_socket(name, culprits):
+    # GIVEN real looks: ranks 0-2 asleep together; rank 3 polling its connection to the job's
+    # store (store.wait for the keys they would publish), or reading a tracker's reply that
+    # never comes (outside the job)
+    verdict = analyze(recorded(name)).verdicts[0]
+    # THEN the store waiter waits on the sleepers; the tracker's reader is their straggler
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == culprits, verdict
+    if culprits == (3,):
+        assert "sleep-poll loop" in verdict.summary
+    else:
+        assert "rank 3 waits in a store/socket/Work wait on a peer" in verdict.summary
+        assert any("the job's store at 127.0.0.1:" in line for line in verdict.evidence)
+
+
 def test_a_rank_of_the_same_loop_caught_awake_is_not_the_rest():
     # GIVEN healthy_slow's look (test_nic, in CI): every rank asleep in its read loop, rank 0
     # caught just woken (state R, active, a little CPU) at the same line
