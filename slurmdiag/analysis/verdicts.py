@@ -2761,10 +2761,13 @@ def _poll_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
     ranks = [s.digest.proc for s in statuses]
     store, owner = _store_ports(ranks), _endpoint_owners(statuses)
     stuck = [s for s in rest if s.status in ("blocked", "busy")]
-    if all(s.status == "blocked" and _waits_on_the_job(s, store, owner) for s in stuck):
-        # the rest wait on the job itself (a store key, a peer's reply): the sleepers are what
-        # they wait for (retry_loop_store_waiter: ranks 0-2 retry a dead service for ever
-        # before they publish their leases, rank 3 waits for the leases in store.wait)
+    if not any(_polls_a_collective(s) for s in group) and all(
+            s.status == "blocked" and _waits_on_the_job(s, store, owner) for s in stuck):
+        # the rest wait on the job itself (a store key, a peer's reply) and the sleepers hold
+        # no collective to poll: the sleepers are what the rest wait for
+        # (retry_loop_store_waiter: ranks 0-2 retry a dead service for ever before they
+        # publish their leases, rank 3 waits for the leases in store.wait); sleepers polling
+        # an async collective wait on the rest whatever these wait for (store_typo_async_poll)
         waiters = {id(s) for s in stuck}
         out = [replace(s, status="waiting", kind="peer", op=PEER_WAIT_OP,
                        position=("peer", s.site)) if id(s) in waiters else s for s in statuses]
@@ -2814,8 +2817,20 @@ def _waits_on_the_job(s: _Status, store: frozenset[str], owner: dict[str, int | 
     waits for the job (a key ranks will set, a peer's reply), not for something of its own or
     an outside service (an HTTP call with no timeout: a straggler). What would make it lie: a
     rank waiting for a key nobody will ever set (a typo in its own key) while the sleepers
-    poll a collective it never joins: the stacks are the same, the sleepers are blamed."""
+    poll a collective it never joins: told apart by the collective's handle in the sleepers'
+    locals (_polls_a_collective), when they were read."""
     return not _measured_work(s.digest) and bool(_job_sockets(s, store, owner))
+
+
+WORK_HANDLE = "c10d.Work at 0x"
+
+
+def _polls_a_collective(s: _Status) -> bool:
+    """The rank's main thread holds a collective's handle in its locals (a torch ``Work``, read
+    with --locals in the first round): a sleep loop around it polls an asynchronous
+    collective (``while not work.is_completed(): sleep``)."""
+    sample, _ = _groups_sample(s)
+    return sample is not None and any(WORK_HANDLE in text for _, _, text in sample.groups)
 
 
 def _job_socket_phrase(stuck: list[_Status], store: frozenset[str],

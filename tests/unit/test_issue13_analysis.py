@@ -459,6 +459,21 @@ def test_without_the_locals_the_same_stacks_blame_the_wrong_shard() -> None:
     assert any(e.startswith("group membership inferred") for e in v.evidence), v.evidence
 
 
+def test_the_collector_keeps_a_collectives_handle_with_the_group_locals() -> None:
+    from slurmdiag.collector.stacks import group_locals
+
+    # GIVEN py-spy --locals of a main thread polling its async all_reduce (as py-spy 0.4
+    # printed it on a real gloo rank), with locals of no interest beside it
+    threads = [{"os_thread_id": 7, "frames": [
+        {"filename": "/job/train.py", "locals": [
+            {"name": "work", "repr": "<torch._C._distributed_c10d.Work at 0x7f48b6071370>"},
+            {"name": "delay", "repr": "0.05"}]},
+        {"filename": "/job/train.py", "locals": [{"name": "secret", "repr": "'hunter2'"}]}]}]
+    # THEN only the handle is kept, with its frame
+    assert group_locals(threads, 7) == [
+        [0, "work", "<torch._C._distributed_c10d.Work at 0x7f48b6071370>"]]
+
+
 def test_a_name_holding_a_group_on_every_rank_is_not_a_membership_record() -> None:
     from slurmdiag.analysis.groups import read_groups
     from slurmdiag.snapshot import Frame
