@@ -2826,11 +2826,16 @@ WORK_HANDLE = "c10d.Work at 0x"
 
 
 def _polls_a_collective(s: _Status) -> bool:
-    """The rank's main thread holds a collective's handle in its locals (a torch ``Work``, read
-    with --locals in the first round): a sleep loop around it polls an asynchronous
-    collective (``while not work.is_completed(): sleep``)."""
-    sample, _ = _groups_sample(s)
-    return sample is not None and any(WORK_HANDLE in text for _, _, text in sample.groups)
+    """The frame the rank sleeps in (its main thread's innermost of the job's own) holds a
+    collective's handle in its locals (a torch ``Work``, read with --locals in the first
+    round): its sleep loop polls an asynchronous collective (``while not
+    work.is_completed(): sleep``). A handle in an outer frame (a finished step's, kept in
+    ``main``: retry_loop_stale_handle) says nothing of the loop."""
+    sample, frames = _groups_sample(s)
+    if sample is None:
+        return False
+    own = next((i for i, f in enumerate(frames) if is_user_file(f.file)), None)
+    return any(WORK_HANDLE in text and index == own for index, _, text in sample.groups)
 
 
 def _job_socket_phrase(stuck: list[_Status], store: frozenset[str],

@@ -209,12 +209,14 @@ def test_ranks_asleep_together_while_the_rest_waits_on_the_store_are_the_culprit
     ("retry_loop_store_waiter.default.store_poll", (0, 1, 2)),
     ("async_poll_http_stall.default", (3,)),
     ("store_typo_async_poll.default", (2,)),
+    ("retry_loop_stale_handle.default", (0, 1, 2)),
 ])
 def test_who_waits_on_whom_when_the_rest_sit_on_a_socket(name, culprits):
     # GIVEN real looks: three ranks asleep together; the fourth polling its connection to the
     # job's store (store.wait for the keys they would publish in their retry loop), or reading
     # a tracker's reply that never comes (outside the job), or polling the store for a key
-    # nobody sets while the three poll an async all_reduce (its Work in their locals)
+    # nobody sets while the three poll an async all_reduce (its Work in their locals), or
+    # waiting for the retrying three whose main() still holds a finished all_reduce's Work
     verdict = analyze(recorded(name)).verdicts[0]
     # THEN the store waiter waits on the retrying sleepers; the tracker's reader and the
     # rank waiting for a key nobody sets are the pollers' straggler
