@@ -2792,13 +2792,20 @@ _POLL_CALLS = frozenset({"poll", "ppoll"})
 
 
 def _endpoint_owners(statuses: list[_Status]) -> dict[str, int | None]:
-    """{socket endpoint: the rank whose connection has it as its local end}."""
+    """{socket endpoint: the rank whose connection has it as its local end}; a loopback
+    endpoint is keyed by its node too (``node/endpoint``: each host has its own)."""
     owner: dict[str, int | None] = {}
     for s in statuses:
         for c in s.digest.proc.connections:
             if c.state == "ESTABLISHED":
-                owner.setdefault(c.local, s.rank)
+                owner.setdefault(_endpoint_key(s, c.local), s.rank)
     return owner
+
+
+def _endpoint_key(s: _Status, endpoint: str) -> str:
+    host = endpoint.rpartition(":")[0].strip("[]")
+    loopback = host.startswith("127.") or host == "::1"
+    return f"{s.digest.node}/{endpoint}" if loopback else endpoint
 
 
 def _job_sockets(s: _Status, store: frozenset[str],
@@ -2809,7 +2816,8 @@ def _job_sockets(s: _Status, store: frozenset[str],
     return [c for c in proc.blocked_calls
             if c.tid == proc.pid and (c.call in TRANSFER_CALLS or c.call in _POLL_CALLS)
             and c.remote and not c.remote.endswith(":0")
-            and (_port(c.remote) in store or owner.get(c.remote, s.rank) != s.rank)]
+            and (_port(c.remote) in store
+                 or owner.get(_endpoint_key(s, c.remote), s.rank) != s.rank)]
 
 
 def _waits_on_the_job(s: _Status, store: frozenset[str], owner: dict[str, int | None]) -> bool:
@@ -2844,7 +2852,7 @@ def _job_socket_phrase(stuck: list[_Status], store: frozenset[str],
     for s in stuck[:4]:
         c = _job_sockets(s, store, owner)[0]
         far = (f"the job's store at {c.remote}" if _port(c.remote or "") in store
-               else f"rank {owner.get(c.remote or '')} at {c.remote}")
+               else f"rank {owner.get(_endpoint_key(s, c.remote or ''))} at {c.remote}")
         parts.append(f"rank {s.rank} in {c.call} on {c.local} -> {far}")
     return "; ".join(parts)
 

@@ -156,11 +156,11 @@ def polled_socket(pid, address, text):
         os.close(mem)
     for i in range(len(data) // 8):
         fd = int.from_bytes(data[8 * i:8 * i + 4], sys.byteorder, signed=True)
+        if fd < 0:
+            continue  # an entry switched off (its events ignored)
         events = int.from_bytes(data[8 * i + 4:8 * i + 6], sys.byteorder)
         if not events or events & ~POLL_EVENTS:
             return None  # not a pollfd array (a restarted call of another kind)
-        if fd < 0:
-            continue
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:

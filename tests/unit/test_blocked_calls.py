@@ -90,6 +90,39 @@ p.poll(600_000)
 """
 
 
+# A process polling an array whose first entry is switched off (fd -1, events 0: the usual way
+# to drop an entry) and whose second is a socket, through libc's poll.
+POLL_SWITCHED_OFF = r"""
+import ctypes, os, socket
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
+conn = socket.create_connection(server.getsockname())
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+fds = (PollFd * 2)(PollFd(-1, 0, 0), PollFd(conn.fileno(), 1, 0))
+print(os.getpid(), conn.fileno(), flush=True)
+ctypes.CDLL(None, use_errno=True).poll(fds, 2, -1)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
+def test_a_switched_off_entry_of_a_poll_is_passed_over() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", POLL_SWITCHED_OFF], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    try:
+        pid, sock = (int(x) for x in proc.stdout.readline().split())
+        deadline = time.monotonic() + 10
+        calls = blocked_calls(pid)
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+            calls = blocked_calls(pid)
+        # THEN the poll is read on the socket, the entry before it skipped
+        assert [(c["call"], c["fd"]) for c in calls] == [("poll", sock)], calls
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 #: restart_syscall's number, as /proc/PID/syscall starts with it
 RESTART = next((f"{n} " for n in RESTART_CALLS.get(os.uname().machine, {})), "?")
 
