@@ -36,7 +36,7 @@ FD_CALLS = {
 WAIT_CALLS = {"x86_64": {61: "wait4"}, "aarch64": {260: "wait4"}}
 #: poll and ppoll, whose first argument is an array of (fd, events, revents) and second its
 #: length: a TCPStore client waits for its reply so (store.wait, store.get), on the store's
-#: connection. The array is read from the process's memory (/proc/PID/mem: the access ptrace
+#: connection; so does a socket read with a timeout. Read for the main thread only. The array is read from the process's memory (/proc/PID/mem: the access ptrace
 #: and py-spy need too), at most MAX_POLLED entries; the call's fd is the first socket polled.
 POLL_CALLS = {"x86_64": {7: "poll", 271: "ppoll"}, "aarch64": {73: "ppoll"}}
 #: restart_syscall: a poll with a timeout that a ptrace stop interrupted (py-spy's dump with
@@ -103,6 +103,8 @@ def blocked_calls(pid, machine=None):
         if call[0] == "wait4":
             target = f"process:{call[1]}" if call[1] > 0 else None
         elif call[0] in ("poll", "ppoll", "restart_syscall"):
+            if str(tid) != str(pid):
+                continue  # the main thread's only: other threads' polls would crowd MAX_CALLS
             polled = (polled_socket(pid, call[1], text)
                       if call[0] != "restart_syscall" or _polls(pid, tid) else None)
             if polled is None:
