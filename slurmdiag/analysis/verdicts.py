@@ -1915,6 +1915,27 @@ def _unsampled_straggler(unsampled: list[_Status], waiting: list[_Status]) -> Ve
     )
 
 
+def _unread(unsampled: list[_Status]) -> Verdict:
+    """No stack of any rank to judge (every dump failed): said, not left silent (found in CI:
+    a job hung in its rendezvous got no stack verdict at all, only the network's)."""
+    evidence = [_proc_evidence(s) for s in unsampled[:8]]
+    for s in unsampled[:4]:
+        errors = list(s.digest.proc.errors) + [x.error for x in s.digest.proc.samples if x.error]
+        if errors:
+            evidence.append(f"rank {s.rank}: {errors[0][:200]}")
+    return Verdict(
+        kind=VerdictKind.INCOMPLETE,
+        severity="warning",
+        summary=f"no stack could be read for {_ranks_label(s.rank for s in unsampled)}: the "
+        "look says nothing about where the ranks are",
+        evidence=tuple(evidence),
+        next_step=(
+            "attach again; if the dumps fail again, dump a rank by hand (py-spy dump --pid PID, "
+            "or gdb -p PID) and read its state and wchan in /proc/PID"
+        ),
+    )
+
+
 def _missing(
     dead: list[_Status], missing: Sequence[int], waiting: list[_Status], others: list[_Status]
 ) -> Verdict:
@@ -2508,8 +2529,10 @@ def _hang_verdicts(
         verdicts.append(_unsampled_straggler(unsampled, waiting))
     if not verdicts:
         verdicts.extend(_without_waiters(waiting, blocked, busy, severity))
-        if finished:
+        if finished and verdicts:
             verdicts[0] = _with_evidence(verdicts[0], [finished])
+    if not verdicts and unsampled:
+        verdicts.append(_unread(unsampled))
     if verdicts and verdicts[0].kind in (VerdictKind.STRAGGLER, VerdictKind.SPINNING, VerdictKind.MISSING_RANK):
         positions = {s.position for s in waiting}
         if len(positions) > 1:

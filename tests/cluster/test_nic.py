@@ -91,15 +91,19 @@ def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_
                 break
             assert time.monotonic() < deadline, (stacks, (tmp_path / "job.out").read_text()[-2000:])
             time.sleep(2)
-        # WHEN attaching
-        attached = attach_job(
-            job, AttachOptions(samples=2, interval_s=0.5, strace_s=1), write=False).snapshot
-        verdicts = attached.verdicts
+        # WHEN attaching (again, at most twice, when no rank's stack could be read: CI once saw
+        # that look, an "incomplete" verdict now; the rendezvous is what this test judges)
+        for _ in range(3):
+            attached = attach_job(
+                job, AttachOptions(samples=2, interval_s=0.5, strace_s=1), write=False).snapshot
+            verdicts = attached.verdicts
+            if not any(v.kind == "incomplete" and v.summary.startswith("no stack could be read")
+                       for v in verdicts):
+                break
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, check=False)
     # THEN the hang is a rendezvous that never formed, and the address is the reason
     kinds = {v.kind: v for v in verdicts}
-    # (CI once saw no all_waiting verdict here, and not again in 2 runs: say what came instead)
     assert "all_waiting" in kinds, [(v.kind, v.summary, v.evidence) for v in verdicts]
     assert "never formed" in kinds["all_waiting"].summary
     master = kinds["nic_master_unreachable"]

@@ -368,6 +368,19 @@ def test_a_sleeper_read_as_it_wakes_still_sleeps_with_the_others() -> None:
     assert "idle" not in kinds(diagnose(s))
 
 
+def test_a_look_where_no_rank_could_be_read_says_so() -> None:
+    # GIVEN two ranks whose every dump failed (CI: a job hung in its rendezvous got no stack
+    # verdict at all, only the network's)
+    failed = Sample(t=0.0, threads=(), error="py-spy: Failed to copy PyCodeObject")
+    s = snap(node("n1", rank(0, failed), rank(1, failed)))
+    # WHEN diagnosed THEN an incomplete warning names them and the error, with what to do
+    (v,) = diagnose(s).verdicts
+    assert (v.kind, v.severity) == ("incomplete", "warning")
+    assert "no stack could be read for ranks 0-1" in v.summary
+    assert "rank 0: py-spy: Failed to copy PyCodeObject" in v.evidence
+    assert "attach again" in (v.next_step or "")
+
+
 # --------------------------------------------------------------------------------- progress
 
 
