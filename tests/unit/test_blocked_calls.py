@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -106,10 +107,10 @@ ctypes.CDLL(None, use_errno=True).poll(fds, 2, -1)
 """
 
 
-@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
-def test_a_switched_off_entry_of_a_poll_is_passed_over() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", POLL_SWITCHED_OFF], stdout=subprocess.PIPE,
-                            text=True)
+@contextmanager
+def polling(program: str) -> Iterator[tuple[subprocess.Popen, int, int, list[dict]]]:
+    """(the process, its pid, its socket's fd, its blocked calls once it sits in one)."""
+    proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     try:
         pid, sock = (int(x) for x in proc.stdout.readline().split())
@@ -118,11 +119,17 @@ def test_a_switched_off_entry_of_a_poll_is_passed_over() -> None:
         while not calls and time.monotonic() < deadline:
             time.sleep(0.05)
             calls = blocked_calls(pid)
-        # THEN the poll is read on the socket, the entry before it skipped
-        assert [(c["call"], c["fd"]) for c in calls] == [("poll", sock)], calls
+        yield proc, pid, sock, calls
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
+def test_a_switched_off_entry_of_a_poll_is_passed_over() -> None:
+    with polling(POLL_SWITCHED_OFF) as (_, _, sock, calls):
+        # THEN the poll is read on the socket, the entry before it skipped
+        assert [(c["call"], c["fd"]) for c in calls] == [("poll", sock)], calls
 
 
 #: restart_syscall's number, as /proc/PID/syscall starts with it
@@ -131,16 +138,9 @@ RESTART = next((f"{n} " for n in RESTART_CALLS.get(os.uname().machine, {})), "?"
 
 @pytest.mark.skipif(os.uname().machine not in RESTART_CALLS, reason="no system call table here")
 def test_a_thread_polling_a_socket_names_the_socket() -> None:
-    # GIVEN a process whose main thread polls a pipe and a socket, another thread two pipes
-    proc = subprocess.Popen([sys.executable, "-c", POLLING], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    try:
-        pid, sock = (int(x) for x in proc.stdout.readline().split())
-        deadline = time.monotonic() + 10
-        calls = blocked_calls(pid)
-        while not calls and time.monotonic() < deadline:
-            time.sleep(0.05)
-            calls = blocked_calls(pid)
+    # GIVEN a process whose main thread polls a pipe and a socket, another thread a pipe and
+    # another socket
+    with polling(POLLING) as (proc, pid, sock, calls):
         # THEN the main thread is read in poll on the socket (the first socket of its array),
         # and the other thread's poll is not listed (the main thread's only: other threads'
         # polls would crowd out their calls that the rules read)
@@ -157,9 +157,6 @@ def test_a_thread_polling_a_socket_names_the_socket() -> None:
         assert Path(f"/proc/{pid}/syscall").read_text().startswith(RESTART)
         calls = blocked_calls(pid)
         assert [(c["tid"], c["call"], c["fd"]) for c in calls] == [(pid, "poll", sock)], calls
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
