@@ -943,6 +943,9 @@ class RankDigest:
     process_io_rate: float | None = None
     # other threads with the job's own code, not idle: (description, site), see _side_threads
     side_threads: tuple[tuple[str, str], ...] = ()
+    # the host the node's collector ran on (its hostname, else the node's name): loopback
+    # addresses are that host's own
+    host: str = ""
     # another thread stuck in a collective: (its name, its stack)
     side_collective: tuple[str, StackInfo] | None = None
     # another thread holding the GIL, idle, in every sample, the main thread idle without it:
@@ -1217,6 +1220,7 @@ def _digest(table: StackTable, node: Node, proc: Rank, rank: int) -> RankDigest:
         side_threads=side,
         side_collective=waits,
         gil_holder=holder,
+        host=node.hostname or node.name,
     )
 
 
@@ -1384,7 +1388,8 @@ def merge_stacks(snapshot: Snapshot) -> StackMerge:
                 unidentified.append((node, proc))
                 continue
             if not proc.samples:
-                digest = RankDigest(proc.rank, node.name, proc, (), 0, False, ())
+                digest = RankDigest(proc.rank, node.name, proc, (), 0, False, (),
+                                    host=node.hostname or node.name)
             else:
                 digest = _digest(table, node, proc, proc.rank)
             max_samples = max(max_samples, len(digest.stack_ids))

@@ -2173,16 +2173,12 @@ def _stalled_links(statuses: list[_Status]) -> list[tuple[_Status, StalledConnec
     for ever). What would make it lie: a peer whose host stopped answering (a dead node: its
     ranks are missing, the missing-rank verdict comes first), a stall to something that is not
     a rank (a storage server: not counted here), a loss that recovers (under STALL_MS)."""
-    owner: dict[str, _Status] = {}
-    for s in statuses:
-        for c in s.digest.proc.connections:
-            if c.state == "ESTABLISHED":
-                owner.setdefault(c.local, s)
+    owner = _endpoint_owners(statuses)
     links = []
     for s in statuses:
         recent = s.digest.proc.recent_traffic
         for stall in recent.stalled if recent is not None else ():
-            peer = owner.get(stall.remote)
+            peer = owner.get(_endpoint_key(s, stall.remote))
             if peer is not None and peer is not s and stall.last_ack_ms >= STALL_MS:
                 links.append((s, stall, peer))
     return links
@@ -2814,25 +2810,26 @@ def _poll_waits(statuses: list[_Status]) -> tuple[list[_Status], str | None]:
 _POLL_CALLS = frozenset({"poll", "ppoll"})
 
 
-def _endpoint_owners(statuses: list[_Status]) -> dict[str, int | None]:
-    """{socket endpoint: the rank whose connection has it as its local end}; a loopback
-    endpoint is keyed by its node too (``node/endpoint``: each host has its own)."""
-    owner: dict[str, int | None] = {}
+def _endpoint_owners(statuses: list[_Status]) -> dict[str, _Status]:
+    """{socket endpoint (_endpoint_key): the rank whose connection has it as its local end}."""
+    owner: dict[str, _Status] = {}
     for s in statuses:
         for c in s.digest.proc.connections:
             if c.state == "ESTABLISHED":
-                owner.setdefault(_endpoint_key(s, c.local), s.rank)
+                owner.setdefault(_endpoint_key(s, c.local), s)
     return owner
 
 
 def _endpoint_key(s: _Status, endpoint: str) -> str:
-    host = endpoint.rpartition(":")[0].strip("[]")
-    loopback = host.startswith("127.") or host == "::1"
-    return f"{s.digest.node}/{endpoint}" if loopback else endpoint
+    """``endpoint`` as seen from rank ``s``: a loopback one keyed by its host too (each host
+    has its own 127.0.0.1; the nodes of an emulated cluster share one host, and one name)."""
+    address = endpoint.rpartition(":")[0].strip("[]")
+    loopback = address.startswith("127.") or address == "::1"
+    return f"{s.digest.host}/{endpoint}" if loopback else endpoint
 
 
 def _job_sockets(s: _Status, store: frozenset[str],
-                 owner: dict[str, int | None]) -> list[BlockedCall]:
+                 owner: dict[str, _Status]) -> list[BlockedCall]:
     """The rank's main thread's socket waits (a receive, a poll: a TCPStore client polls for its
     reply) whose far end is the job's store or another rank."""
     proc = s.digest.proc
@@ -2840,10 +2837,10 @@ def _job_sockets(s: _Status, store: frozenset[str],
             if c.tid == proc.pid and (c.call in TRANSFER_CALLS or c.call in _POLL_CALLS)
             and c.remote and not c.remote.endswith(":0")
             and (_port(c.remote) in store
-                 or owner.get(_endpoint_key(s, c.remote), s.rank) != s.rank)]
+                 or owner.get(_endpoint_key(s, c.remote), s) is not s)]
 
 
-def _waits_on_the_job(s: _Status, store: frozenset[str], owner: dict[str, int | None]) -> bool:
+def _waits_on_the_job(s: _Status, store: frozenset[str], owner: dict[str, _Status]) -> bool:
     """Blocked, idle, its main thread in a socket wait on the job's store or on another rank: it
     waits for the job (a key ranks will set, a peer's reply), not for something of its own or
     an outside service (an HTTP call with no timeout: a straggler). What would make it lie: a
@@ -2870,12 +2867,13 @@ def _polls_a_collective(s: _Status) -> bool:
 
 
 def _job_socket_phrase(stuck: list[_Status], store: frozenset[str],
-                       owner: dict[str, int | None]) -> str:
+                       owner: dict[str, _Status]) -> str:
     parts = []
     for s in stuck[:4]:
         c = _job_sockets(s, store, owner)[0]
-        far = (f"the job's store at {c.remote}" if _port(c.remote or "") in store
-               else f"rank {owner.get(_endpoint_key(s, c.remote or ''))} at {c.remote}")
+        peer = owner.get(_endpoint_key(s, c.remote or ""))
+        far = (f"the job's store at {c.remote}" if _port(c.remote or "") in store or peer is None
+               else f"rank {peer.rank} at {c.remote}")
         parts.append(f"rank {s.rank} in {c.call} on {c.local} -> {far}")
     return "; ".join(parts)
 

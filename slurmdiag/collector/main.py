@@ -442,7 +442,7 @@ def read_process_state(run):
     tick = float(os.sysconf("SC_CLK_TCK"))
     for entry in run.entries:
         pid = entry["pid"]
-        stat = _untraced_stat(pid) if run.tracing is not None else read_stat(pid)
+        stat = _stat_now(run, pid)
         begun, ticks, starttime = run.window_start[pid]
         if stat is None or stat["starttime"] != starttime:
             entry["errors"].append("process exited during collection")
@@ -476,6 +476,11 @@ def read_process_state(run):
             entry["file_locks"] = locks[entry["pid"]]
 
 
+# read_stat, past our own strace's syscall stops while it traces the ranks.
+def _stat_now(run, pid):
+    return _untraced_stat(pid) if run.tracing is not None else read_stat(pid)
+
+
 # The kernel function a process sleeps in, None while it runs (or is gone).
 def _wchan(pid):
     wchan = _read(f"/proc/{pid}/wchan", one_show=True)
@@ -502,7 +507,7 @@ def reread_woken(run, entries):
         for entry in woken:
             pid = entry["pid"]
             wchan = _wchan(pid)
-            stat = _untraced_stat(pid) if run.tracing is not None else read_stat(pid)
+            stat = _stat_now(run, pid)
             if stat is None or stat["starttime"] != run.window_start[pid][2]:
                 continue
             if wchan is not None and stat["state"] != "R":

@@ -208,19 +208,21 @@ def test_ranks_asleep_together_while_the_rest_waits_on_the_store_are_the_culprit
 def test_a_loopback_peer_counts_only_on_the_waiters_own_node():
     # GIVEN ranks 0-2 asleep together; rank 3 (node n2) polling a socket to 127.0.0.1:8125,
     # an endpoint that rank 0 also holds as the local end of a connection
-    def sleepers(node_of_zero: str):  # type: ignore[no-untyped-def]
+    def sleepers(node_of_zero: str, host: str | None = None):  # type: ignore[no-untyped-def]
         server = Connection("127.0.0.1:8125", "127.0.0.1:51000", "ESTABLISHED")
         ranks = [replace(rank(r, _asleep(40), _asleep(40), wchan="hrtimer_nanosleep"),
                          connections=(server,) if r == 0 else ()) for r in (0, 1, 2)]
         waiter = replace(_polling_socket("127.0.0.1:8125"), env={})
         if node_of_zero == "n2":
             return snap(node("n1", ranks[1], ranks[2]), node("n2", ranks[0], waiter))
-        return snap(node("n1", *ranks), node("n2", waiter))
+        return snap(node("n1", *ranks, hostname=host), node("n2", waiter, hostname=host))
     # WHEN rank 0 is on another node: its loopback is another host's, rank 3 waits on
     # something outside the job, the sleepers wait on it
     assert analyze(sleepers("n1")).verdicts[0].culprit_ranks == (3,)
     # AND on rank 3's own node rank 0 is its peer: rank 3 waits on the sleepers
     assert analyze(sleepers("n2")).verdicts[0].culprit_ranks == (0, 1, 2)
+    # AND so on nodes that share one host (an emulated cluster: one hostname)
+    assert analyze(sleepers("n1", host="vm")).verdicts[0].culprit_ranks == (0, 1, 2)
 
 
 @pytest.mark.parametrize("name, culprits", [
