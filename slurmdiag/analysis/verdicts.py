@@ -2314,6 +2314,18 @@ def _collective_traffic(digest: RankDigest, store: frozenset[str],
     )
 
 
+def _forming(s: _Status) -> bool:
+    """Waiting at a start-up op (init_process_group, a rendezvous, new_group) in every sample:
+    no process group of this rank formed, so none of its send and receive calls completed a
+    collective; they are the rendezvous's own (a store handshake retried, the names looked up
+    for it). Found in CI: two ranks whose MASTER_ADDR led to a server that answered the store's
+    handshake wrongly retried it every ~10 s, 10 calls a rank in strace's 1 s, and the job that
+    never formed was called progressing. What would make this lie: a rank whose other threads
+    run collectives of a group formed earlier while its main thread waits in new_group: its
+    calls are not counted, so the other ranks' must make the majority of every traced rank."""
+    return s.status == "waiting" and s.op in STARTUP_OPS and s.digest.settled
+
+
 # Kernel waits outside the network: a pipe, a network or local file system, a disk.
 _OFF_NETWORK_WCHAN = ("pipe", "nfs", "rpc_", "io_schedule", "wait_on_page", "folio_wait")
 
@@ -2446,7 +2458,8 @@ def _hang_verdicts(
     procs = [s.digest.proc for s in statuses]
     store, ends = _store_ports(procs), _rank_endpoints(procs)
     talking = [(s, n) for s, n in traced_known
-               if n >= TRAFFIC_CALLS and _collective_traffic(s.digest, store, ends) is not False]
+               if n >= TRAFFIC_CALLS and not _forming(s)
+               and _collective_traffic(s.digest, store, ends) is not False]
     if (talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing
             and not any(_stuck_off_network(s) for s in statuses)):
         # The stacks look the same in every sample (the samples all landed in the same phase),

@@ -121,6 +121,8 @@ class Collection:
         self.sockets = {}  # type: dict
         # pid -> its threads' schedule read before its last py-spy dump (in its round) (read_schedule)
         self.schedules = {}  # type: dict
+        # pid -> a rank's wait channel read just before its last round's dump (see sample_again)
+        self.round_wchan = {}  # type: dict
         self.tracing = None  # (ranks traced, their strace tasks, the window's message) once started
         self.side = None  # type: Task | None
         self.side_found = {}  # type: dict
@@ -312,18 +314,17 @@ def read_sockets(run):
         run.errors.append(f"sockets not read: collector bug: {exc!r}")
 
 
+# Stack samples: K rounds ``interval`` apart; workers only in the first round.
+#
+# The ranks' TCP sockets are read while the first round's dumps run. strace and a blocking
+# py-spy cannot trace one process at once: strace traces the ranks from the start, and the
+# rounds read them with --nonblocking meanwhile; the first waits (ATTACH_WAIT_S at most) until
+# strace holds every thread, as attaching wakes them all and only a sample read after it can
+# be kept by the next round (see sample_round). bench/README.md measures the choices of
+# "strace_overlap": "start" (default), "first" (strace from the end of the first round, which
+# is read with the suspend), "off" (strace after sampling). With --native every round needs
+# the suspend, so strace comes after them. (Comments, not a docstring: they do not travel.)
 def sample_stacks(run):
-    """Stack samples: K rounds ``interval`` apart; workers only in the first round.
-
-    The ranks' TCP sockets are read while the first round's dumps run. strace and a blocking
-    py-spy cannot trace one process at once: strace traces the ranks from the start, and the
-    rounds read them with --nonblocking meanwhile; the first waits (ATTACH_WAIT_S at most) until
-    strace holds every thread, as attaching wakes them all and only a sample read after it can
-    be kept by the next round (see sample_round). bench/README.md measures the choices of
-    "strace_overlap": "start" (default), "first" (strace from the end of the first round, which
-    is read with the suspend), "off" (strace after sampling). With --native every round needs
-    the suspend, so strace comes after them.
-    """
     options, clock, errors = run.options, run.clock, run.errors
     samples, strace_s, native = options["samples"], options["strace_s"], options["native"]
     pyspy, strace = run.doc["tools"]["py-spy"], run.doc["tools"]["strace"]
@@ -393,9 +394,12 @@ def wait_for_the_other_nodes(run):
     _enter_phase(status, "py-spy sampling")
 
 
-def sample_round(run, first):
+def sample_round(run, first, targets=None):
     """One round of ``py-spy dump``: the ranks (and in the first round the workers) in parallel."""
-    targets = run.ranks + (run.workers if first else [])
+    if targets is None:
+        targets = run.ranks + (run.workers if first else [])
+    for entry in run.ranks:
+        run.round_wchan[entry["pid"]] = _wchan(entry["pid"])
     traced = set()
     if run.tracing and run.tracing[1]:
         traced = {e["pid"] for e, t in zip(run.tracing[0], run.tracing[1]) if not t.done}
@@ -456,6 +460,7 @@ def read_process_state(run):
             entry["cpu_percent"] = round((stat["ticks"] - ticks) / tick / window * 100.0, 1)
         entry["wchan"] = _wchan(pid)
     reread_woken(run, run.entries)
+    sample_again(run)
     try:
         read_blocked_calls(run)
     except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
@@ -515,6 +520,22 @@ def reread_woken(run, entries):
             else:
                 left.append(entry)
         woken = left
+
+
+# One more sample of the ranks whose wait channel changed between their last round and the
+# reading of their state after it: the kernel's wait read then is not the one the last stack
+# was taken in (healthy_slow's ranks, read asleep in both samples, then in the all_reduce's futex
+# at the state's reading as their 1-s sleep ended: "blocked on a lock" at the sleep's line,
+# all_waiting on a healthy job). The sample taken now goes with the state read now; a rank that
+# keeps its wait (any hang) is not read again. A wait read as ptrace_stop (our strace's stop at
+# a syscall) is no change.
+def sample_again(run):
+    moved = [e for e in run.ranks
+             if e["pid"] in run.round_wchan and e["samples"]
+             and run.round_wchan[e["pid"]] != e.get("wchan")
+             and "ptrace" not in (run.round_wchan[e["pid"]] or "") + (e.get("wchan") or "")]
+    if moved and time.monotonic() + 0.3 < run.clock.deadline - FINISH_RESERVE_S:
+        sample_round(run, first=False, targets=moved)
 
 
 def read_blocked_calls(run):

@@ -40,10 +40,15 @@ def test_nccl_variables_naming_missing_devices_are_found(misconfigured_job):
     # samples, to tell which phase the look caught)
     hung = [v for v in snapshot.verdicts if v.kind in (
         "mismatched_collective", "straggler", "spinning", "missing_rank", "all_waiting")]
-    assert not hung, "\n".join(
-        [f"{v.kind} ({v.severity}): {v.summary}; " + " | ".join(v.evidence) for v in hung]
-        + [f"rank {r.rank} {r.state} cpu {r.cpu_percent}: "
-           + " / ".join(f"t={x.t} {[(t.name, t.active, [f.function for f in t.frames[:3]]) for t in x.threads]}"
+    assert not hung, _the_look(hung, snapshot)
+
+
+def _the_look(verdicts, snapshot) -> str:
+    """On failure: the whole verdicts and each rank's samples, to tell which phase the look caught."""
+    return "\n".join(
+        [f"{v.kind} ({v.severity}): {v.summary}; " + " | ".join(v.evidence) for v in verdicts]
+        + [f"rank {r.rank} {r.state} {r.wchan} cpu {r.cpu_percent}: "
+           + " / ".join(f"t={x.t} {[(t.name, t.active, [f'{f.function}:{f.line}' for f in t.frames[:4]]) for t in x.threads]}"
                         for x in r.samples) for _, r in snapshot.all_ranks()])
 
 
@@ -91,20 +96,17 @@ def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_
                 break
             assert time.monotonic() < deadline, (stacks, (tmp_path / "job.out").read_text()[-2000:])
             time.sleep(2)
-        # WHEN attaching (again, at most twice, when no rank's stack could be read: CI once saw
-        # that look, an "incomplete" verdict now; the rendezvous is what this test judges)
-        for _ in range(3):
-            attached = attach_job(
-                job, AttachOptions(samples=2, interval_s=0.5, strace_s=1), write=False).snapshot
-            verdicts = attached.verdicts
-            if not any(v.kind == "incomplete" and v.summary.startswith("no stack could be read")
-                       for v in verdicts):
-                break
+        # WHEN attaching (as soon as both ranks are in it: CI caught their store handshake
+        # retried in strace's window, the job called progressing, both verdicts hidden by a
+        # truncated message; tests/unit/test_issue13_analysis.py holds that look)
+        attached = attach_job(
+            job, AttachOptions(samples=2, interval_s=0.5, strace_s=1), write=False).snapshot
+        verdicts = attached.verdicts
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, check=False)
     # THEN the hang is a rendezvous that never formed, and the address is the reason
     kinds = {v.kind: v for v in verdicts}
-    assert "all_waiting" in kinds, [(v.kind, v.summary, v.evidence) for v in verdicts]
+    assert "all_waiting" in kinds, _the_look(verdicts, attached)
     assert "never formed" in kinds["all_waiting"].summary
     master = kinds["nic_master_unreachable"]
     assert master.culprit_ranks == (0, 1) and "10.255.255.1" in master.summary

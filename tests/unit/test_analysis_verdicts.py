@@ -368,6 +368,19 @@ def test_a_sleeper_read_as_it_wakes_still_sleeps_with_the_others() -> None:
     assert "idle" not in kinds(diagnose(s))
 
 
+def test_ranks_read_in_a_lock_after_their_sleep_ended_were_sampled_there_and_move() -> None:
+    # GIVEN healthy_slow's look (test_nic, 2 samples 0.5 s apart): every rank at its sleep's line
+    # in both samples, its state read just after as its sleep ended, in the all_reduce's futex
+    asleep = [in_user(22)] * 2
+    overrides = {r: {"wchan": "futex_do_wait", "state": "S", "cpu": 0.0} for r in range(4)}
+    # (before the collector sampled such a rank again: all_waiting, "blocked on a lock")
+    assert kinds(diagnose(job(1, 4, lambda r: asleep, overrides=overrides)))[0] == "all_waiting"
+    # WHEN the collector took the sample that goes with that state (sample_again)
+    moved = job(1, 4, lambda r: [*asleep, collective("all_reduce")], overrides=overrides)
+    # THEN the ranks moved into their all_reduce: no hang
+    assert [(v.kind, v.severity) for v in diagnose(moved).verdicts] == [("progressing", "info")]
+
+
 def test_a_look_where_no_rank_could_be_read_says_so() -> None:
     # GIVEN two ranks whose every dump failed (CI: a job hung in its rendezvous got no stack
     # verdict at all, only the network's)

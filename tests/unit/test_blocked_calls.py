@@ -291,6 +291,7 @@ def test_a_failing_system_call_reading_does_not_cost_the_file_locks(monkeypatch)
                         lambda pids, text: {pids[0]: [{"held": True, "table": text}]})
     entry: dict = {"pid": os.getpid()}
     run = SimpleNamespace(entries=[], ranks=[entry], tracing=None, sockets={}, errors=[],
+                          round_wchan={},
                           locks_text=["/proc/locks as read on the collector's thread"])
     collector.read_process_state(run)
     # THEN the error is said and the locks are still read

@@ -1370,3 +1370,62 @@ def test_a_collector_told_to_wait_samples_after_the_go_or_its_own_limit(
     else:
         assert min(firsts) >= 1.45 and waited < 1.5
     assert doc["errors"] == [] or all("scanned /proc" in e for e in doc["errors"]), doc["errors"]
+
+
+# ------------------------------------------- a wait that changed after the last sample: read again
+
+MOVES_ON = """
+import os, sys, time
+os.read(int(sys.argv[1]), 1)  # READ-HERE
+time.sleep(60)  # SLEEP-HERE
+"""
+
+
+def _wchan_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/wchan").read_text().strip()
+
+
+def _wait_for_wchan(pid: int, word: str) -> None:
+    deadline = time.monotonic() + 10
+    while word not in _wchan_of(pid):
+        assert time.monotonic() < deadline, _wchan_of(pid)
+        time.sleep(0.01)
+
+
+def test_a_rank_whose_wait_changed_after_its_last_sample_is_sampled_again(tmp_path) -> None:
+    # GIVEN a real process blocked in a pipe read, sampled in a round (its wait read before it)
+
+    from slurmdiag.collector import main as collector
+    from slurmdiag.collector.options import read_options
+
+    script = tmp_path / "moves_on.py"
+    script.write_text(MOVES_ON)
+    lines = MOVES_ON.splitlines()
+    read_line = next(i for i, line in enumerate(lines, 1) if "READ-HERE" in line)
+    sleep_line = next(i for i, line in enumerate(lines, 1) if "SLEEP-HERE" in line)
+    r, w = os.pipe()
+    child = subprocess.Popen([sys.executable, str(script), str(r)], pass_fds=(r,))
+    os.close(r)
+    try:
+        _wait_for_wchan(child.pid, "pipe")
+        options = read_options(full_args({"job_id": JOB, "node": "nodeX", "samples": 1}))
+        doc = {"tools": {"py-spy": PYSPY}, "errors": []}
+        run = collector.Collection(options, tools.Clock(30.0), doc, {"timings": {}})
+        entry = {"pid": child.pid, "role": "rank", "samples": [], "errors": []}
+        run.ranks, run.entries = [entry], [entry]
+        collector.sample_round(run, first=False)
+        # WHEN its state is read after the read returned and it went to sleep
+        os.write(w, b"x")
+        _wait_for_wchan(child.pid, "sleep")
+        entry["wchan"] = collector._wchan(child.pid)
+        collector.sample_again(run)
+        # THEN it is sampled once more, and that sample shows where the new wait is
+        tops = [s["threads"][0]["frames"][0]["line"] for s in entry["samples"]]
+        assert tops == [read_line, sleep_line], entry["samples"]
+        # AND a rank whose wait stayed the same is not read again
+        collector.sample_again(run)
+        assert len(entry["samples"]) == 2
+    finally:
+        os.close(w)
+        child.kill()
+        child.wait()

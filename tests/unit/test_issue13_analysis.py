@@ -709,6 +709,25 @@ def test_a_rank_blocked_in_a_socket_receive_does_not_stop_the_traffic_rule() -> 
     assert top(snapshot).kind == "progressing"
 
 
+def test_a_rendezvous_retried_with_traffic_never_formed_and_is_no_progress() -> None:
+    # GIVEN test_nic's job (real, recorded from CI's shape): both ranks in _create_c10d_store in
+    # every sample, a wrong server answering the store's handshake, 10 send/receive calls a rank
+    # in strace's 1 s (the handshake retried, the names looked up). CI: "progressing", the job
+    # that never formed called healthy.
+    snapshot = Snapshot.from_json((ACCURACY / "unreachable_master.store_retry.json").read_text())
+    v = top(snapshot)
+    # THEN no rank formed a group: the rendezvous never formed, whatever their sockets carried
+    assert (v.kind, v.severity) == ("all_waiting", "critical"), v
+    assert "never formed" in v.summary
+    # AND ranks past their rendezvous, in a collective with the same calls, still progress
+    def formed(rank):  # type: ignore[no-untyped-def]
+        return replace(rank, samples=tuple(
+            replace(s, threads=(replace(s.threads[0], frames=collective("all_reduce")),))
+            for s in rank.samples))
+
+    assert "progressing" in [v.kind for v in diagnose(map_ranks(snapshot, formed)).verdicts]
+
+
 def pipe_drains() -> Snapshot:
     """slow_metrics_consumer with the defaults from `make accuracy` (real, a healthy job): rank
     0 in anon_pipe_write at one line in all 3 samples, 2 % CPU, its process' bytes ~80 KB/s
