@@ -2600,13 +2600,15 @@ def _caught_awake(s: _Status) -> bool:
     _is_busy), yet runnable with no wait channel when read: a waiter whose poll timeout (or a
     tool's ptrace stop) had just woken it. It joins a peer-wait group at its very stack (found
     in `make accuracy`: store_wait --samples 1, rank 1 in state R at the store.wait of ranks 0
-    and 3 was blamed with the real culprit). What would make it lie: a rank computing at that call that got under 2 %
-    of a core over the window, the bar every one-sample rule shares."""
+    and 3 was blamed with the real culprit). So does one read asleep with no wait channel, its
+    state and its wait read either side of a wake (store_poll --samples 1: rank 1 at the store
+    poll of ranks 0 and 3, blamed with rank 2). What would make it lie: a rank computing at that
+    call that got under 2 % of a core over the window, the bar every one-sample rule shares."""
     proc = s.digest.proc
     return (
         s.status == "blocked" and s.info is not None and s.info.kind == "user"
         and s.kind in ("io", "lock") and not _measured_work(s.digest) and not proc.wchan
-        and (proc.state or "")[:1] == "R"
+        and (proc.state or "")[:1] in ("R", "S")
     )
 
 

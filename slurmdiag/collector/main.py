@@ -497,12 +497,16 @@ def _wchan(pid):
 # Such a reading caught an instant: a sleep that ended (a data loader's sleep as the look ends:
 # all_waiting called on a healthy job), a blocked call restarted by strace's attach (a FIFO's
 # open read as running). A process that stays runnable (starved on a crowded node) keeps its
-# reading; one that works is not read again (its CPU says so). (Comments, not a docstring:
-# comment lines do not travel in the collector's payload.)
+# reading; one that works is not read again (its CPU says so). One read asleep with no wait
+# channel was read as it woke or went to sleep between the two readings (store_poll --samples 1:
+# rank 1 in its store poll, its wait unread, the straggler with rank 2): read again too.
+# (Comments, not a docstring: comment lines do not travel in the collector's payload.)
 def reread_woken(run, entries):
     woken = [e for e in entries
-             if e.get("state") == "R" and e.get("wchan") is None
-             and e.get("cpu_percent") is not None and e["cpu_percent"] < IDLE_CPU_PERCENT]
+             if e.get("wchan") is None and (
+                 e.get("state") in ("S", "D")
+                 or (e.get("state") == "R" and e.get("cpu_percent") is not None
+                     and e["cpu_percent"] < IDLE_CPU_PERCENT))]
     if not woken:
         return
     until = min(time.monotonic() + WOKEN_REREAD_S, run.clock.deadline - FINISH_RESERVE_S)
@@ -524,18 +528,26 @@ def reread_woken(run, entries):
 
 # One more sample of the ranks whose wait channel changed between their last round and the
 # reading of their state after it: the kernel's wait read then is not the one the last stack
-# was taken in (healthy_slow's ranks, read asleep in both samples, then in the all_reduce's futex
-# at the state's reading as their 1-s sleep ended: "blocked on a lock" at the sleep's line,
-# all_waiting on a healthy job). The sample taken now goes with the state read now; a rank that
-# keeps its wait (any hang) is not read again. A wait read as ptrace_stop (our strace's stop at
-# a syscall) is no change.
+# was taken in (healthy_slow's ranks, read asleep in both samples, then in the all_reduce's
+# futex at the state's reading as their 1-s sleep ended: "blocked on a lock" at the sleep's
+# line, all_waiting on a healthy job). The sample taken now goes with the state read again
+# after it; a rank that keeps its wait (any hang) is not read again. Only a wait changed to
+# another counts: a reading of none (running, or our strace attaching or leaving) or of
+# ptrace_stop (our strace's stop at a syscall) is no change (strace leaving as the last round
+# began: extra dumps of ranks hung in their all_reduce).
 def sample_again(run):
-    moved = [e for e in run.ranks
-             if e["pid"] in run.round_wchan and e["samples"]
-             and run.round_wchan[e["pid"]] != e.get("wchan")
-             and "ptrace" not in (run.round_wchan[e["pid"]] or "") + (e.get("wchan") or "")]
+    moved = []
+    for e in run.ranks:
+        before, now = run.round_wchan.get(e["pid"]), e.get("wchan")
+        if before and now and before != now and "ptrace" not in before + now and e["samples"]:
+            moved.append(e)
     if moved and time.monotonic() + 0.3 < run.clock.deadline - FINISH_RESERVE_S:
         sample_round(run, first=False, targets=moved)
+        for entry in moved:
+            stat = _stat_now(run, entry["pid"])
+            if stat is not None and stat["starttime"] == run.window_start[entry["pid"]][2]:
+                entry["state"], entry["wchan"] = stat["state"], _wchan(entry["pid"])
+        reread_woken(run, moved)
 
 
 def read_blocked_calls(run):

@@ -1056,11 +1056,13 @@ def test_a_rank_read_as_its_sleep_ends_is_read_again_until_the_kernel_names_its_
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # (and one read asleep whose wait channel was read as it woke: "S", no wait channel)
+    between = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         time.sleep(0.5)  # the sleepers asleep, the spinner spinning
-        procs = (sleeper, spinner, worker)
-        entries = [{"pid": p.pid, "state": "R", "wchan": None, "cpu_percent": cpu}
-                   for p, cpu in zip(procs, (0.0, 0.0, 90.0))]
+        procs = (sleeper, spinner, worker, between)
+        entries = [{"pid": p.pid, "state": state, "wchan": None, "cpu_percent": cpu}
+                   for p, cpu, state in zip(procs, (0.0, 0.0, 90.0, 30.0), "RRRS")]
         starts = {p.pid: (0.0, 0, procfs.read_stat(p.pid)["starttime"]) for p in procs}
         run = SimpleNamespace(tracing=None, window_start=starts,
                               clock=tools.Clock(30.0))
@@ -1074,8 +1076,10 @@ def test_a_rank_read_as_its_sleep_ends_is_read_again_until_the_kernel_names_its_
         assert entries[1]["state"] == "R" and entries[1]["wchan"] is None, entries[1]
         assert entries[2] == {"pid": worker.pid, "state": "R", "wchan": None, "cpu_percent": 90.0}
         assert spent < collector.WOKEN_REREAD_S + 0.5, spent
+        # AND the one read asleep gets its wait named, whatever its CPU
+        assert entries[3]["state"] == "S" and "sleep" in entries[3]["wchan"], entries[3]
     finally:
-        for p in (sleeper, spinner, worker):
+        for p in (sleeper, spinner, worker, between):
             p.kill()
             p.wait()
 
@@ -1413,15 +1417,18 @@ def test_a_rank_whose_wait_changed_after_its_last_sample_is_sampled_again(tmp_pa
         run = collector.Collection(options, tools.Clock(30.0), doc, {"timings": {}})
         entry = {"pid": child.pid, "role": "rank", "samples": [], "errors": []}
         run.ranks, run.entries = [entry], [entry]
+        run.window_start = {child.pid: (0.0, 0, procfs.read_stat(child.pid)["starttime"])}
         collector.sample_round(run, first=False)
         # WHEN its state is read after the read returned and it went to sleep
         os.write(w, b"x")
         _wait_for_wchan(child.pid, "sleep")
         entry["wchan"] = collector._wchan(child.pid)
         collector.sample_again(run)
-        # THEN it is sampled once more, and that sample shows where the new wait is
+        # THEN it is sampled once more, and that sample shows where the new wait is, its state
+        # read again with it
         tops = [s["threads"][0]["frames"][0]["line"] for s in entry["samples"]]
         assert tops == [read_line, sleep_line], entry["samples"]
+        assert entry["state"] == "S" and "sleep" in entry["wchan"], entry
         # AND a rank whose wait stayed the same is not read again
         collector.sample_again(run)
         assert len(entry["samples"]) == 2

@@ -662,6 +662,22 @@ def test_a_waiter_caught_awake_at_its_peers_store_wait_waits_with_them() -> None
     assert "ranks 0-1,3 wait" in v.summary
 
 
+def test_a_waiter_read_asleep_with_its_wait_unread_waits_with_its_peers() -> None:
+    # GIVEN store_poll with --samples 1 (real, this session): ranks 0 and 3 in their store poll
+    # (S, poll_schedule_timeout), rank 1 at the same call read in state S with no wait channel
+    # (its state and its wait read either side of a wake), rank 2 asleep polling for the marker.
+    # Before: "ranks 1-2 are blocked in I/O" (critical).
+    snapshot = Snapshot.from_json(
+        (ACCURACY / "store_poll.samples1.wait_unread.json").read_text())
+    v = top(snapshot)
+    # THEN rank 1 waits with its peers and rank 2 alone is blamed
+    assert (v.kind, v.culprit_ranks) == ("straggler", (2,)), v
+    assert "ranks 0-1,3 wait" in v.summary
+    # AND read with a wait of its own (a pipe), it is not taken for one of them
+    v = top(map_ranks(snapshot, lambda r: replace(r, wchan="pipe_read") if r.rank == 1 else r))
+    assert "ranks 0-1,3 wait" not in v.summary, v.summary
+
+
 def test_a_rank_using_cpu_at_its_peers_store_wait_does_not_join_them() -> None:
     # GIVEN rank 1 at that call using 35 % of a core over the window (it computes there)
     v = top(map_ranks(store_wait_one_awake(),
