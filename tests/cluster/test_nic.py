@@ -67,6 +67,7 @@ main()
 
 def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_cluster, tmp_path):
     # GIVEN a 2-node job whose MASTER_ADDR is an address no node has (a stale one)
+    import socket
     import subprocess
     import sys
     import time
@@ -76,7 +77,10 @@ def test_unreachable_master_addr_is_named_and_the_rendezvous_never_formed(local_
 
     program = tmp_path / "train.py"
     program.write_text(RENDEZVOUS_PROGRAM)
-    wrap = (f"MASTER_ADDR=10.255.255.1 MASTER_PORT=29517 srun {sys.executable} {program}")
+    with socket.socket() as probe:  # a free port (a fixed one may still be held by a job ending)
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    wrap = (f"MASTER_ADDR=10.255.255.1 MASTER_PORT={port} srun {sys.executable} {program}")
     job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--time=10",
                           f"--output={tmp_path}/job.out", f"--wrap={wrap}"],
                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
