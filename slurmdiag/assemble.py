@@ -103,6 +103,7 @@ def _samples(raw: list[nd.Sample] | None) -> tuple[Sample, ...]:
                 io=_io_counters(usage.get("io")),
                 main_io=_io_counters(usage.get("main_io")),
                 same_as=_index(item.get("same_as")),
+                again=item.get("again") is True,
                 groups=_group_locals(item.get("groups")),
             )
         )

@@ -55,6 +55,7 @@ class Sample(TypedDict, total=False):
     error: str | None
     note: str  # why it was read with --nonblocking, or that it is an earlier one (same_as)
     same_as: int  # this is the process' sample number same_as (from 0): none of its threads ran
+    again: bool  # one more than asked: its wait changed after its last round (sample_again)
     usage: Usage
     groups: list[list[Any]]  # first round, ranks only: [frame index, local name, repr] (group_locals)
 

@@ -59,6 +59,9 @@ class Sample:
     # this sample is sample same_as (from 0) again: none of its threads ran since (the collector
     # did not read it again); None for a sample py-spy read
     same_as: int | None = None
+    # one sample more than asked, taken after the rounds as the rank's wait changed since its
+    # last one (so that it goes with the state read then): no new moment of the look
+    again: bool = False
     # (frame index in the main thread, local name, repr): the process-group locals of the
     # first round's py-spy --locals (collector's group_locals), () when not read
     groups: tuple[tuple[int, str, str], ...] = ()

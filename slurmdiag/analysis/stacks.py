@@ -1392,7 +1392,9 @@ def merge_stacks(snapshot: Snapshot) -> StackMerge:
                                     host=node.hostname or node.name)
             else:
                 digest = _digest(table, node, proc, proc.rank)
-            max_samples = max(max_samples, len(digest.stack_ids))
+            # the moments of the look: a sample taken again as a rank's wait changed is none
+            max_samples = max(max_samples, len(digest.stack_ids)
+                              - sum(1 for sample in proc.samples if sample.again and sample.threads))
             previous = by_rank.get(proc.rank)
             if previous is None:
                 by_rank[proc.rank] = digest

@@ -544,6 +544,7 @@ def sample_again(run):
     if moved and time.monotonic() + 0.3 < run.clock.deadline - FINISH_RESERVE_S:
         sample_round(run, first=False, targets=moved)
         for entry in moved:
+            entry["samples"][-1]["again"] = True
             stat = _stat_now(run, entry["pid"])
             if stat is not None and stat["starttime"] == run.window_start[entry["pid"]][2]:
                 entry["state"], entry["wchan"] = stat["state"], _wchan(entry["pid"])

@@ -381,6 +381,24 @@ def test_ranks_read_in_a_lock_after_their_sleep_ended_were_sampled_there_and_mov
     assert [(v.kind, v.severity) for v in diagnose(moved).verdicts] == [("progressing", "info")]
 
 
+def test_a_sample_taken_again_is_no_new_moment_of_the_look() -> None:
+    # GIVEN a --samples 1 look of a straggler (rank 3 computing alone, the rest in all_reduce),
+    # rank 0 sampled once more as its wait changed after its round (the same stack)
+    def again(r: int) -> list:
+        first = collective("all_reduce") if r < 3 else in_user(60)
+        extra = Sample(t=0.05, threads=(thread(collective("all_reduce")),), again=True)
+        return [first, extra] if r == 0 else [first]
+
+    a = diagnose(job(1, 4, again, overrides={3: {"cpu": 100.0, "state": "R"}}))
+    # THEN the look is still one sample per rank: the hang verdict is a warning, not critical
+    assert a.samples == 1
+    assert (a.verdicts[0].culprit_ranks, a.verdicts[0].severity) == ((3,), "warning"), a.verdicts
+    # AND read as a second round, it would have been critical
+    plain = job(1, 4, lambda r: [collective("all_reduce") if r < 3 else in_user(60)] * 2,
+                overrides={3: {"cpu": 100.0, "state": "R"}})
+    assert diagnose(plain).verdicts[0].severity == "critical"
+
+
 def test_a_look_where_no_rank_could_be_read_says_so() -> None:
     # GIVEN two ranks whose every dump failed (CI: a job hung in its rendezvous got no stack
     # verdict at all, only the network's)

@@ -1428,6 +1428,7 @@ def test_a_rank_whose_wait_changed_after_its_last_sample_is_sampled_again(tmp_pa
         # read again with it
         tops = [s["threads"][0]["frames"][0]["line"] for s in entry["samples"]]
         assert tops == [read_line, sleep_line], entry["samples"]
+        assert entry["samples"][1]["again"] is True and "again" not in entry["samples"][0]
         assert entry["state"] == "S" and "sleep" in entry["wchan"], entry
         # AND a rank whose wait stayed the same is not read again
         collector.sample_again(run)
