@@ -481,6 +481,10 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
     if not digest.settled:
         infos = [table[sid] for sid in set(digest.stack_ids)]
         if any(i.position is not None for i in infos):
+            retried = _retried_startup(digest, [table[sid] for sid in digest.stack_ids])
+            if retried is not None:
+                return _Status(digest, "waiting", "collective", retried.site, retried.op,
+                               retried.position, retried)
             # on both sides of a collective boundary: a collective completed or was reached
             return _Status(digest, "moving", "progress", info.site, info.op, None, info)
         cls = merge.classes[digest.class_index] if digest.class_index is not None else None
@@ -529,6 +533,26 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
     if state == "D":
         hint = "kernel"
     return _Status(digest, "blocked", hint or "blocked", info.site, None, None, info)
+
+
+def _retried_startup(digest: RankDigest, infos: list[StackInfo]) -> StackInfo | None:
+    """The start-up op (init_process_group, a rendezvous) a rank moved in and out of during
+    the look with no work between (no CPU, no I/O): its stacks only that op's and its own
+    code's. A rendezvous left for the job's own code without reaching any other collective
+    failed, and one entered from a sleep is tried again: a wrapper retrying the rendezvous
+    (stale_port_retry_init: 6-s attempts, a 2-s back-off, for ever; the rank that left it was
+    "progressing"). The rank waits in that op, as the ranks that stay in it do. What would make
+    it lie: the last rank of a healthy start reaching the rendezvous from a sleep in the look's
+    last sample, the others in it (it forms within milliseconds: a later sample shows them
+    past it); a rank that computes before it (slow_start_rank) keeps moving."""
+    placed = [i for i in infos if i.position is not None]
+    if not placed or any(i.op not in STARTUP_OPS for i in placed):
+        return None
+    if any(i.position is None and i.kind == "collective" for i in infos):
+        return None
+    if _measured_work(digest) is not False:
+        return None
+    return placed[-1]
 
 
 def _workers_running(proc: Rank, role: str = "dataloader_worker") -> list[WorkerProcess]:
@@ -2070,6 +2094,67 @@ def _failed_connects(proc: Rank) -> tuple[int, int, float]:
     return (sum(c.errors for c in calls), sum(c.calls for c in calls), summary.window_s)
 
 
+def _reached_a_rank(statuses: list[_Status]) -> set[int]:
+    """The ranks holding an established connection to a port a rank listens on (the store, a
+    gloo peer), or to MASTER_PORT, and the ranks listening there: they met another rank."""
+    listeners: dict[str, set[int]] = {}  # port -> the ranks listening on it
+    for s in statuses:
+        for c in s.digest.proc.connections:
+            if c.state == "LISTEN":
+                listeners.setdefault(_port(c.local), set()).add(s.rank)
+        if s.digest.proc.env.get("MASTER_PORT"):  # a launcher's store: no rank listens there
+            listeners.setdefault(s.digest.proc.env["MASTER_PORT"], set())
+    reached: set[int] = set()
+    for s in statuses:
+        for c in s.digest.proc.connections:
+            if c.state == "ESTABLISHED" and _port(c.remote) in listeners:
+                reached.add(s.rank)
+                reached |= listeners[_port(c.remote)]  # whoever listens there was reached too
+    return reached
+
+
+def _between_attempts(statuses: list[_Status]) -> list[_Status]:
+    """Ranks asleep in the very function from which other ranks wait in a start-up op
+    (init_process_group), that met another rank (an established connection to the store or a
+    peer, or listening where one is connected): between two attempts of a rendezvous they
+    retry; they wait in it as the others do (stale_port_retry_init: rank 1, asleep in the
+    wrapper's back-off in all three samples, still connected to rank 0's store, was blamed).
+    What would make it lie: a rank asleep before its first attempt (waiting for a file), with a
+    connection of that function's making to a rank: it has not reached the rendezvous yet."""
+    entered: dict[tuple[str, str], _Status] = {}
+    for s in statuses:
+        if s.status == "waiting" and s.op in STARTUP_OPS and s.info and s.info.top_user_frame:
+            f = s.info.top_user_frame
+            entered.setdefault((f.file, f.function), s)
+    if not entered:
+        return statuses
+    reached = _reached_a_rank(statuses)
+    out = []
+    for s in statuses:
+        top = s.info.top_user_frame if s.info else None
+        at = entered.get((top.file, top.function)) if top is not None else None
+        if (at is not None and s.status == "blocked" and s.kind in ("sleep", "poll")
+                and s.rank in reached and _measured_work(s.digest) is not True):
+            s = replace(s, status="waiting", kind="collective", site=at.site, op=at.op,
+                        position=at.position, info=at.info)
+        out.append(s)
+    return out
+
+
+# The frames of a rendezvous that makes (or connects to) the job's store.
+_STORE_MAKING = frozenset({"_create_c10d_store", "_env_rendezvous_handler",
+                           "_tcp_rendezvous_handler", "rendezvous", "_rendezvous_helper"})
+
+
+def _past_the_store(s: _Status) -> bool:
+    """In init_process_group past its store's making (in gloo's mesh connect): the rank met the
+    store, whatever its sockets say now (stale_port_retry_init: rank 1's store was closed by
+    its host, whose attempt had timed out; rank 1 was taken for one that never reached it)."""
+    frames = s.info.frames if s.info is not None else ()
+    return (s.op == "init_process_group"
+            and not any(f.function.rsplit(".", 1)[-1] in _STORE_MAKING for f in frames))
+
+
 def _not_joined(waiting: list[_Status]) -> list[_Status]:
     """Ranks in a start-up wait that never reached any other rank: no established connection to
     a port a rank listens on (the store, a gloo peer), none to theirs, while other ranks of the
@@ -2082,19 +2167,7 @@ def _not_joined(waiting: list[_Status]) -> list[_Status]:
     lasts seconds; a healthy store connect takes milliseconds), a rendezvous that goes
     through a launcher's store (torchrun's agent: MASTER_PORT names it, its connections count).
     None of the rendezvous joined (a wrong address for all): every rank waits, no culprit."""
-    listeners: dict[str, set[int]] = {}  # port -> the ranks listening on it
-    for s in waiting:
-        for c in s.digest.proc.connections:
-            if c.state == "LISTEN":
-                listeners.setdefault(_port(c.local), set()).add(s.rank)
-        if s.digest.proc.env.get("MASTER_PORT"):  # a launcher's store: no rank listens there
-            listeners.setdefault(s.digest.proc.env["MASTER_PORT"], set())
-    reached: set[int] = set()
-    for s in waiting:
-        for c in s.digest.proc.connections:
-            if c.state == "ESTABLISHED" and _port(c.remote) in listeners:
-                reached.add(s.rank)
-                reached |= listeners[_port(c.remote)]  # whoever listens there was reached too
+    reached = _reached_a_rank(waiting) | {s.rank for s in waiting if _past_the_store(s)}
     # a rank with no socket at all is judged too: torch's store client closes its socket
     # between attempts and sleeps a backoff that grows past strace's window (store_unreachable:
     # no socket, no connect() in 2 s); only a rank whose descriptors could not be read is not
@@ -2424,6 +2497,7 @@ def _hang_verdicts(
             )
         ], False
 
+    statuses = _between_attempts(statuses)
     held = _lock_waits(statuses)  # before peer waits turn its waiters into "waiting"
     if not held:
         statuses = _waits_for_lock_holders(statuses)
