@@ -76,7 +76,8 @@ def loader_text(source: str) -> str:
 
 
 # The node command's -c program (see slurmdiag/collector/loader.py for its arguments and cache).
-# Only the compressed source travels (~30 KB): marshalled code would be twice that. Through srun
+# Only the compressed source travels (~47 KB of base64, comments and docstrings cut): marshalled
+# code would be twice that. Through srun
 # the bundle travels in the environment (PAYLOAD_ENV; the argument is "-"): Python decodes every
 # byte of its argv at start-up (~1.5 ms a node for 30 KB) but keeps the environment as bytes,
 # read only when the cache misses.
@@ -103,6 +104,18 @@ def without_comments(source: str) -> str:
     return _COMMENT_LINE.sub("", source)
 
 
+# A docstring: a triple-quoted string opening a module, or the line after one that ends in ":"
+# (a def or class header). The node programs' docstrings all have this shape, and none of them
+# holds a triple quote (tests/unit/test_node_command.py compares the syntax trees).
+_DOCSTRING = re.compile(r'((?:\A|:[ \t]*\n)[ \t]*)"""(.*?)"""', re.DOTALL)
+
+
+def without_docstrings(source: str) -> str:
+    """``source`` with each docstring made empty, its lines kept blank: the same code on the
+    same line numbers in a payload ~40 % smaller (the node reads no docstring), for ~1 ms."""
+    return _DOCSTRING.sub(lambda m: m.group(1) + '""' + "\n" * m.group(2).count("\n"), source)
+
+
 @functools.lru_cache(maxsize=4)
 def program_payload(program: str | Bundle) -> tuple[str, str]:
     """(hash of a node program's sources, the bundle compressed, as base64 text).
@@ -111,7 +124,7 @@ def program_payload(program: str | Bundle) -> tuple[str, str]:
     ``__main__``, outside any package).
     """
     package, modules = ("", (("__main__", program),)) if isinstance(program, str) else program
-    modules = tuple((name, without_comments(text)) for name, text in modules)
+    modules = tuple((name, without_docstrings(without_comments(text))) for name, text in modules)
     own = _collector_file("bundle.py")  # compiles, keeps and installs the modules on the node
     digest = hashlib.sha256(
         "\0".join([package, *(part for module in modules for part in module), own]).encode()

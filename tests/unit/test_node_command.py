@@ -30,6 +30,7 @@ from slurmdiag.transport.collect import (
     collector_payload,
     node_command,
     without_comments,
+    without_docstrings,
 )
 from slurmdiag.transport.framing import decode_frames
 from slurmdiag.transport.ssh import ssh_command
@@ -67,7 +68,8 @@ def test_payload_is_only_the_compressed_source_and_fits_in_one_argv_string():
     # (42 KiB once the sock_diag reader and the Flight Recorder checks were both in, 48 KiB
     # with the collector a package and the dump read by columns, 57 KiB with the sockets read
     # through descriptors and recent traffic, 66 KiB with ranks named on their command lines,
-    # 59 KiB once comments were cut from what travels): a guard against growth
+    # 59 KiB once comments were cut from what travels, 64 KiB with the poll and wait readings,
+    # 47 KiB once docstrings were cut too): a guard against growth
     assert len(source) < 64 * 1024
     assert len(digest) == 20 and int(digest, 16) >= 0
 
@@ -298,3 +300,29 @@ def test_comment_lines_are_cut_from_what_travels_and_every_line_keeps_its_number
         shipped = without_comments(text)
         assert shipped.count("\n") == text.count("\n"), name
         assert ast.dump(ast.parse(shipped)) == ast.dump(ast.parse(text)), name
+        # AND with the docstrings cut too, the same tree but for the docstrings, made empty
+        shipped = without_docstrings(shipped)
+        assert shipped.count("\n") == text.count("\n"), name
+        assert _with_empty_docstrings(ast.parse(shipped)) == _with_empty_docstrings(
+            ast.parse(text)), name
+
+
+def _with_empty_docstrings(tree: ast.AST) -> str:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                first.value.value = ""
+    return ast.dump(tree)
+
+
+def test_docstrings_are_cut_from_what_travels_and_other_strings_are_kept():
+    source = ('"""Module."""\nimport os\n\n\ndef f(x):\n    """Does f.\n\n    More.\n    """\n'
+              '    return """kept\n"""\n\n\nclass C:\n    """C."""\n    y = {"k": "v"}\n')
+    shipped = without_docstrings(source)
+    assert shipped == ('""\nimport os\n\n\ndef f(x):\n    ""\n\n\n\n'
+                       '    return """kept\n"""\n\n\nclass C:\n    ""\n    y = {"k": "v"}\n')
+    function = ast.parse(shipped).body[2]
+    assert isinstance(function, ast.FunctionDef)
+    assert ast.literal_eval(function.body[-1].value) == "kept\n"  # type: ignore[attr-defined]
