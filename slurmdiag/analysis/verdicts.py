@@ -1940,8 +1940,9 @@ def _unsampled_straggler(unsampled: list[_Status], waiting: list[_Status]) -> Ve
 
 
 def _unread(unsampled: list[_Status]) -> Verdict:
-    """No stack of any rank to judge (every dump failed): said, not left silent (found in CI:
-    a job hung in its rendezvous got no stack verdict at all, only the network's)."""
+    """No stack of any rank to judge (every dump failed): said, not left silent (the analysis
+    returned no stack verdict for such a look). Written for a CI failure it did not explain:
+    that look had stacks, its second verdict ("progressing") hidden by a truncated message."""
     evidence = [_proc_evidence(s) for s in unsampled[:8]]
     for s in unsampled[:4]:
         errors = list(s.digest.proc.errors) + [x.error for x in s.digest.proc.samples if x.error]

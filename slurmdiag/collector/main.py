@@ -314,17 +314,18 @@ def read_sockets(run):
         run.errors.append(f"sockets not read: collector bug: {exc!r}")
 
 
-# Stack samples: K rounds ``interval`` apart; workers only in the first round.
-#
-# The ranks' TCP sockets are read while the first round's dumps run. strace and a blocking
-# py-spy cannot trace one process at once: strace traces the ranks from the start, and the
-# rounds read them with --nonblocking meanwhile; the first waits (ATTACH_WAIT_S at most) until
-# strace holds every thread, as attaching wakes them all and only a sample read after it can
-# be kept by the next round (see sample_round). bench/README.md measures the choices of
-# "strace_overlap": "start" (default), "first" (strace from the end of the first round, which
-# is read with the suspend), "off" (strace after sampling). With --native every round needs
-# the suspend, so strace comes after them. (Comments, not a docstring: they do not travel.)
 def sample_stacks(run):
+    """Stack samples: K rounds ``interval`` apart; workers only in the first round.
+
+    The ranks' TCP sockets are read while the first round's dumps run. strace and a blocking
+    py-spy cannot trace one process at once: strace traces the ranks from the start, and the
+    rounds read them with --nonblocking meanwhile; the first waits (ATTACH_WAIT_S at most) until
+    strace holds every thread, as attaching wakes them all and only a sample read after it can
+    be kept by the next round (see sample_round). bench/README.md measures the choices of
+    "strace_overlap": "start" (default), "first" (strace from the end of the first round, which
+    is read with the suspend), "off" (strace after sampling). With --native every round needs
+    the suspend, so strace comes after them.
+    """
     options, clock, errors = run.options, run.clock, run.errors
     samples, strace_s, native = options["samples"], options["strace_s"], options["native"]
     pyspy, strace = run.doc["tools"]["py-spy"], run.doc["tools"]["strace"]
@@ -398,8 +399,9 @@ def sample_round(run, first, targets=None):
     """One round of ``py-spy dump``: the ranks (and in the first round the workers) in parallel."""
     if targets is None:
         targets = run.ranks + (run.workers if first else [])
-    for entry in run.ranks:
-        run.round_wchan[entry["pid"]] = _wchan(entry["pid"])
+    for entry in targets:
+        if entry["role"] == "rank":
+            run.round_wchan[entry["pid"]] = _wchan(entry["pid"])
     traced = set()
     if run.tracing and run.tracing[1]:
         traced = {e["pid"] for e, t in zip(run.tracing[0], run.tracing[1]) if not t.done}
@@ -492,16 +494,16 @@ def _wchan(pid):
     return wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
 
 
-# Read again, for up to WOKEN_REREAD_S, the state of the processes read runnable with no wait
-# channel though they used (almost) no CPU over the window, until the kernel names their wait.
-# Such a reading caught an instant: a sleep that ended (a data loader's sleep as the look ends:
-# all_waiting called on a healthy job), a blocked call restarted by strace's attach (a FIFO's
-# open read as running). A process that stays runnable (starved on a crowded node) keeps its
-# reading; one that works is not read again (its CPU says so). One read asleep with no wait
-# channel was read as it woke or went to sleep between the two readings (store_poll --samples 1:
-# rank 1 in its store poll, its wait unread, the straggler with rank 2): read again too.
-# (Comments, not a docstring: comment lines do not travel in the collector's payload.)
 def reread_woken(run, entries):
+    """Read again, for up to WOKEN_REREAD_S, the state of the processes read runnable with no wait
+    channel though they used (almost) no CPU over the window, until the kernel names their wait.
+    Such a reading caught an instant: a sleep that ended (a data loader's sleep as the look ends:
+    all_waiting called on a healthy job), a blocked call restarted by strace's attach (a FIFO's
+    open read as running). A process that stays runnable (starved on a crowded node) keeps its
+    reading; one that works is not read again (its CPU says so). One read asleep with no wait
+    channel was read as it woke or went to sleep between the two readings (store_poll --samples 1:
+    rank 1 in its store poll, its wait unread, the straggler with rank 2): read again too.
+    """
     woken = [e for e in entries
              if e.get("wchan") is None and (
                  e.get("state") in ("S", "D")
@@ -526,16 +528,17 @@ def reread_woken(run, entries):
         woken = left
 
 
-# One more sample of the ranks whose wait channel changed between their last round and the
-# reading of their state after it: the kernel's wait read then is not the one the last stack
-# was taken in (healthy_slow's ranks, read asleep in both samples, then in the all_reduce's
-# futex at the state's reading as their 1-s sleep ended: "blocked on a lock" at the sleep's
-# line, all_waiting on a healthy job). The sample taken now goes with the state read again
-# after it; a rank that keeps its wait (any hang) is not read again. Only a wait changed to
-# another counts: a reading of none (running, or our strace attaching or leaving) or of
-# ptrace_stop (our strace's stop at a syscall) is no change (strace leaving as the last round
-# began: extra dumps of ranks hung in their all_reduce).
 def sample_again(run):
+    """One more sample of the ranks whose wait channel changed between their last round and the
+    reading of their state after it: the kernel's wait read then is not the one the last stack
+    was taken in (healthy_slow's ranks, read asleep in both samples, then in the all_reduce's
+    futex at the state's reading as their 1-s sleep ended: "blocked on a lock" at the sleep's
+    line, all_waiting on a healthy job). The sample taken now goes with the state read again
+    after it; a rank that keeps its wait (any hang) is not read again. Only a wait changed to
+    another counts: a reading of none (running, or our strace attaching or leaving) or of
+    ptrace_stop (our strace's stop at a syscall) is no change (strace leaving as the last round
+    began: extra dumps of ranks hung in their all_reduce).
+    """
     moved = []
     for e in run.ranks:
         before, now = run.round_wchan.get(e["pid"]), e.get("wchan")

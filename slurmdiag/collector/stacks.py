@@ -254,14 +254,14 @@ def _io_counters(path):
         return None
 
 
-# [frame index, name, repr] of the locals of ``pid``'s main thread that say which process group
-# a collective runs on and which groups the rank belongs to: a ProcessGroup object (repr
-# ``<torch._C._distributed_c10d.ProcessGroup at 0x..>``, a dict of them), torch's ``-100``
-# (new_group's result on a non-member), and the c10d wrapper's ``args``/``kwargs`` (no
-# ProcessGroup there: the call runs on the default group); and a collective's handle
-# (``<torch._C._distributed_c10d.Work at 0x..>``: a frame polling an async collective).
-# (Comments, not a docstring: comment lines do not travel in the collector's payload.)
 def group_locals(threads, pid):
+    """[frame index, name, repr] of the locals of ``pid``'s main thread that say which process group
+    a collective runs on and which groups the rank belongs to: a ProcessGroup object (repr
+    ``<torch._C._distributed_c10d.ProcessGroup at 0x..>``, a dict of them), torch's ``-100``
+    (new_group's result on a non-member), and the c10d wrapper's ``args``/``kwargs`` (no
+    ProcessGroup there: the call runs on the default group); and a collective's handle
+    (``<torch._C._distributed_c10d.Work at 0x..>``: a frame polling an async collective).
+    """
     main = next((t for t in threads if t.get("os_thread_id") == pid), None)
     out = []
     for index, frame in enumerate((main or {}).get("frames") or ()):

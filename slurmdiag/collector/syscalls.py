@@ -36,8 +36,9 @@ FD_CALLS = {
 WAIT_CALLS = {"x86_64": {61: "wait4"}, "aarch64": {260: "wait4"}}
 #: poll and ppoll, whose first argument is an array of (fd, events, revents) and second its
 #: length: a TCPStore client waits for its reply so (store.wait, store.get), on the store's
-#: connection; so does a socket read with a timeout. Read for the main thread only. The array is read from the process's memory (/proc/PID/mem: the access ptrace
-#: and py-spy need too), at most MAX_POLLED entries; the call's fd is the first socket polled.
+#: connection; so does a socket read with a timeout. Read for the main thread only. The array
+#: is read from the process's memory (/proc/PID/mem: the access ptrace and py-spy need too), at
+#: most MAX_POLLED entries; the call's fd is the first socket polled.
 POLL_CALLS = {"x86_64": {7: "poll", 271: "ppoll"}, "aarch64": {73: "ppoll"}}
 #: restart_syscall: a poll with a timeout that a ptrace stop interrupted (py-spy's dump with
 #: --locals, strace's attach) goes on in it, its arguments still in the registers. Read as a

@@ -400,8 +400,7 @@ def test_a_sample_taken_again_is_no_new_moment_of_the_look() -> None:
 
 
 def test_a_look_where_no_rank_could_be_read_says_so() -> None:
-    # GIVEN two ranks whose every dump failed (CI: a job hung in its rendezvous got no stack
-    # verdict at all, only the network's)
+    # GIVEN two ranks whose every dump failed (the analysis said nothing of such a look)
     failed = Sample(t=0.0, threads=(), error="py-spy: Failed to copy PyCodeObject")
     s = snap(node("n1", rank(0, failed), rank(1, failed)))
     # WHEN diagnosed THEN an incomplete warning names them and the error, with what to do
