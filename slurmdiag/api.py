@@ -89,6 +89,7 @@ def collect_snapshot(
     if helper is not None and helper.is_alive():
         helper.join(MEANWHILE_JOIN_S)  # a race for the same imports would only cost time
 
+    from slurmdiag.analysis.steps import one_world
     from slurmdiag.assemble import flight_recorder_section, node_from_outcome
     from slurmdiag.logs import findings_from_job_logs
     from slurmdiag.slurm.discover import to_job
@@ -96,7 +97,7 @@ def collect_snapshot(
 
     nodes = tuple(node_from_outcome(fanout.nodes[name]) for name in slurm_job.nodes)
     job = to_job(slurm_job)
-    snapshot = Snapshot(
+    snapshot = one_world(Snapshot(
         job=job,
         nodes=nodes,
         slurmdiag_version=__version__,
@@ -112,7 +113,7 @@ def collect_snapshot(
             {n: o.document for n, o in fanout.nodes.items() if o.document is not None},
             requested=options.flight_recorder,
         ),
-    )
+    ))  # the processes of a step beside the training's (a per-node monitor): not its ranks
     return snapshot, list(fanout.warnings)
 
 

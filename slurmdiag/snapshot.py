@@ -114,6 +114,9 @@ class WorkerProcess:
     # the pids between the rank and this process, its parent first (a shell the rank runs it
     # through, and waits for); None when not read (a collector older than this field)
     via: tuple[int, ...] | None = None
+    # the job step of a process set apart from the ranks (role "not a rank": a per-node monitor
+    # claiming the training ranks' numbers, analysis/steps.py); None otherwise
+    step_id: str | None = None
 
 
 @dataclass(frozen=True)

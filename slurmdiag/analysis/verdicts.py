@@ -73,6 +73,7 @@ from slurmdiag.analysis.stacks import (
     program_ended,
     waits_for_a_signal,
 )
+from slurmdiag.analysis.steps import one_world, set_apart_note
 from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.snapshot import (
     BlockedCall,
@@ -3253,6 +3254,7 @@ def _settled_tail(snapshot: Snapshot, merge: StackMerge, anywhere: bool
 
 def diagnose(snapshot: Snapshot) -> Analysis:
     """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
+    snapshot = one_world(snapshot)  # a per-node monitor's step is no ranks of the job
     with job_code(snapshot):  # a training package installed with pip is the job's own code
         return _diagnose(snapshot)
 
@@ -3335,6 +3337,9 @@ def _diagnose(snapshot: Snapshot) -> Analysis:
             f"{len(merge.unidentified)} process(es) without a rank left out: "
             + ", ".join(f"{n.name} pid {p.pid}" for n, p in merge.unidentified[:8])
         )
+    apart = set_apart_note(snapshot)
+    if apart:
+        notes.append(apart)
     if merge.duplicates:
         notes.append(
             "several processes claim one rank; kept the first readable one, left out: "

@@ -95,11 +95,24 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
         'echo "scenario ' + truth["name"] + ': job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
     ]
     nodes, per_node = truth["nodes"], truth["ntasks_per_node"]
+    if truth.get("monitor"):
+        # A per-node monitor started first and left in the background: as a step of its own
+        # (--overlap: it shares the training step's CPUs, as a site's logger does), or, in a
+        # job whose ranks the batch script starts itself, by the batch script too.
+        monitor = [python, "-u", str(REPO_ROOT / truth["monitor"])]
+        if truth["launcher"] not in ("torchrun-batch", "background"):
+            monitor = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}",
+                       "--ntasks-per-node=1", *monitor]
+        lines.append(shlex.join(monitor) + " &")
+        lines.append("sleep 3  # the monitor's step is the job's first: its pids come first too")
     if truth["launcher"] == "srun":
         # -K0: when one task exits non-zero the others keep running (and keep hanging);
         # the cluster's KillOnBadExit would otherwise decide.
         argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks-per-node={per_node}",
                 "nice", "-n", str(NICENESS), *_rank_command(truth, python, program)]
+        if truth.get("batch_driver"):
+            # the batch script's work done by a Python program that runs srun as its child
+            argv = ["exec", python, "-u", str(REPO_ROOT / truth["batch_driver"]), *argv]
         lines.append(shlex.join(argv))
     elif truth["launcher"] == "torchrun":
         torchrun = str(Path(python).parent / "torchrun")

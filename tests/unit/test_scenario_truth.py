@@ -240,3 +240,13 @@ def test_a_resubmitted_scenario_is_not_ready_on_the_last_runs_rank_files(tmp_pat
     # THEN the new run has no rank reported yet: it waits for its own job's ranks
     assert run.job_id == "77"
     assert run.rank_records() == {}
+
+
+def test_a_monitor_scenario_starts_its_monitor_step_first(tmp_path):
+    script = batch_script(load_truth("node_monitor_step"), tmp_path, "/venv/bin/python")
+    lines = script.splitlines()
+    monitor = next(i for i, line in enumerate(lines) if "_node_monitor.py" in line)
+    training = next(i for i, line in enumerate(lines) if "rank_gated_collective.py" in line)
+    assert monitor < training
+    assert lines[monitor].startswith("srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 ")
+    assert lines[monitor].endswith(" &") and lines[monitor + 1].startswith("sleep ")

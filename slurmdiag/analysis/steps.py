@@ -1,0 +1,137 @@
+"""Which step of the job holds its ranks, when processes of several steps claim the same ones.
+
+A batch script often starts a per-node helper as a step of its own beside the training step
+(``srun --overlap --ntasks-per-node=1 python gpu_logger.py &``). Its processes are Python
+processes of the job with that step's SLURM_PROCID, 0, 1, ... : the training ranks' numbers.
+Taken for ranks, a monitor asleep between two samples could stand for rank 0 (the first process
+found kept, the rank itself left out) or add ranks the world does not have. When the ranks of
+two steps collide, the step whose processes show they are ranks of a distributed program
+(a frame of torch.distributed in a sample, or the rendezvous's variables in their environment)
+holds the job's ranks, or, when none shows any, the step with more processes; the processes of
+a colliding step that shows no such sign are kept on their nodes as other processes of the job
+(role ``not a rank``), with their stacks; so is a process that claims a rank held by a process
+showing the signs, in any step, showing none itself (a monitor the batch script starts beside
+torchrun's workers carries the batch step's SLURM_PROCID, 0). Steps that do not collide are left alone (a
+heterogeneous job's components number their ranks on), so is a step that shows the signs (two
+trainings in one job are two worlds), and so is a tie (nothing tells the steps apart: both
+stay, and the analysis notes the processes claiming one rank).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from slurmdiag.snapshot import Node, Rank, Snapshot, WorkerProcess
+
+NOT_A_RANK = "not a rank"
+# Set by the launchers that build a torch.distributed world (torchrun, mp.spawn scripts, the
+# hand-rolled ones), never by srun alone.
+RENDEZVOUS_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
+                  "TORCHELASTIC_RUN_ID")
+
+
+def _distributed(rank: Rank) -> bool:
+    """The process shows it is a rank of a distributed program: a torch.distributed frame in
+    any sample (any thread), or the rendezvous's variables in its environment."""
+    if any(name in rank.env for name in RENDEZVOUS_ENV):
+        return True
+    return any("/torch/distributed/" in frame.file
+               for sample in rank.samples for thread in sample.threads for frame in thread.frames)
+
+
+def ranks_step(nodes: tuple[Node, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """(the step that holds the job's ranks, the steps whose processes are none of them), or
+    (None, ()) when every step's ranks are its own or nothing tells the steps apart."""
+    claims: dict[str, set[int]] = defaultdict(set)
+    evidence: dict[str, int] = defaultdict(int)
+    count: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        for rank in node.ranks:
+            if rank.rank is None or rank.step_id is None:
+                continue
+            claims[rank.step_id].add(rank.rank)
+            count[rank.step_id] += 1
+            evidence[rank.step_id] += _distributed(rank)
+    if len(claims) < 2:
+        return None, ()
+    order = sorted(claims, key=lambda s: (evidence[s], count[s]), reverse=True)
+    best = order[0]
+    # A step that shows a rank's signs is never set apart (two trainings in one job are two
+    # worlds); one that shows none is, beside a step that shows some or has more processes.
+    others = tuple(
+        s for s in order[1:]
+        if claims[s] & claims[best] and not evidence[s]
+        and (evidence[best] or count[best] > count[s])
+    )
+    return (best, others) if others else (None, ())
+
+
+def _impostors(nodes: tuple[Node, ...], apart: set[int]) -> set[int]:
+    """Pids of processes that claim a rank another process holds, the other showing a rank's
+    signs and they none (a monitor the batch script started beside torchrun's workers: the
+    batch step's SLURM_PROCID, 0, in the ranks' own step)."""
+    claims: dict[int, list[Rank]] = defaultdict(list)
+    for node in nodes:
+        for rank in node.ranks:
+            if rank.rank is not None and rank.pid not in apart:
+                claims[rank.rank].append(rank)
+    found: set[int] = set()
+    for members in claims.values():
+        if len(members) > 1:
+            signs = [_distributed(r) for r in members]
+            if any(signs):
+                found |= {r.pid for r, sign in zip(members, signs) if not sign}
+    return found
+
+
+def _as_other(rank: Rank) -> WorkerProcess:
+    return WorkerProcess(pid=rank.pid, role=NOT_A_RANK, state=rank.state,
+                         cpu_percent=rank.cpu_percent, cmdline=rank.cmdline,
+                         samples=rank.samples, step_id=rank.step_id)
+
+
+def one_world(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with the processes that are no ranks of the job (a colliding step's that
+    shows no rank's signs, and any process claiming a rank held by one that does) moved to
+    their nodes' other processes, their workers with them; unchanged when there are none."""
+    _, others = ranks_step(snapshot.nodes)
+    apart = {r.pid for n in snapshot.nodes for r in n.ranks
+             if r.step_id in others and r.rank is not None}
+    apart |= _impostors(snapshot.nodes, apart)
+    if not apart:
+        return snapshot
+    nodes = []
+    for node in snapshot.nodes:
+        moved = [r for r in node.ranks if r.pid in apart]
+        if not moved:
+            nodes.append(node)
+            continue
+        kept = tuple(r for r in node.ranks if r.pid not in apart)
+        extra = [p for r in moved for p in (_as_other(r), *r.workers)]
+        nodes.append(replace(node, ranks=kept, other_processes=(*node.other_processes, *extra)))
+    return replace(snapshot, nodes=tuple(nodes))
+
+
+def set_apart_note(snapshot: Snapshot) -> str | None:
+    """What the analysis says of the processes set apart by one_world."""
+    found = [p for node in snapshot.nodes for p in node.other_processes if p.role == NOT_A_RANK]
+    if not found:
+        return None
+    steps = sorted({p.step_id or "?" for p in found})
+    programs = sorted({_program(p.cmdline) for p in found})
+    return (f"{len(found)} process(es) of the job claimed ranks and showed none of a "
+            f"torch.distributed rank's signs beside processes that do (step(s) "
+            f"{', '.join(steps)}: {', '.join(programs)}): not taken for ranks (listed with the "
+            "nodes' other processes)")
+
+
+def _program(cmdline: tuple[str, ...]) -> str:
+    """The script or module a command line runs, else its command."""
+    args = list(cmdline)
+    for i, arg in enumerate(args[1:], 1):
+        if arg == "-m" and i + 1 < len(args):
+            return args[i + 1]
+        if not arg.startswith("-"):
+            return arg.rsplit("/", 1)[-1]
+    return args[0].rsplit("/", 1)[-1] if args else "?"

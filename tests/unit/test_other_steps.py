@@ -1,0 +1,150 @@
+"""A per-node monitor started as a step of its own beside the training (`node_monitor_step`,
+recorded by `make accuracy` before the change): its processes carry that step's SLURM_PROCID,
+0 and 1, the training ranks' numbers. Started first, the monitor's pid came first and it stood
+for rank 0: the verdict blamed rank 0 "in time.sleep" at the monitor's line. The step whose
+processes show a rank's signs holds the ranks; the monitor is one of the nodes' other processes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from snapfactory import recorded
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.analysis.steps import NOT_A_RANK, RENDEZVOUS_ENV, one_world, ranks_step
+from slurmdiag.snapshot import Frame, Rank, Sample, Snapshot, ThreadStack
+
+MONITOR = "_node_monitor.py"
+
+
+def _is_monitor(rank: Rank) -> bool:
+    return any(MONITOR in arg for arg in rank.cmdline)
+
+
+def _steps(snapshot: Snapshot) -> tuple[str | None, str | None]:
+    """(the training's step, the monitor's step) of a recording (the monitor's came first)."""
+    ranks = [r for n in snapshot.nodes for r in n.ranks]
+    return (next(r.step_id for r in ranks if not _is_monitor(r)),
+            next(r.step_id for r in ranks if _is_monitor(r)))
+
+
+def _map(snapshot: Snapshot, which, change) -> Snapshot:  # type: ignore[no-untyped-def]
+    return replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(change(r) if which(r) else r for r in n.ranks))
+        for n in snapshot.nodes))
+
+
+def _without_signs(rank: Rank) -> Rank:
+    """The rank as if it had not reached torch.distributed yet: its own frames only."""
+    samples = tuple(replace(s, threads=tuple(
+        replace(t, frames=tuple(f for f in t.frames if "/torch/" not in f.file))
+        for t in s.threads)) for s in rank.samples)
+    env = {k: v for k, v in rank.env.items() if k not in RENDEZVOUS_ENV}
+    return replace(rank, samples=samples, env=env)
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_the_monitors_step_is_set_apart_and_the_culprit_is_the_training_rank(mode: str) -> None:
+    snapshot = recorded(f"node_monitor_step.{mode}")
+    # the recording as the collector made it: the monitors among the ranks, claiming 0 and 1
+    claimed = sorted(r.rank for n in snapshot.nodes for r in n.ranks if _is_monitor(r))
+    assert claimed == [0, 1]
+    training_step, monitor_step = _steps(snapshot)
+    assert monitor_step == "0"  # started first: the pids of its processes came first too
+    analysis = diagnose(snapshot)
+    v = analysis.verdicts[0]
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (0,)), v
+    assert v.sites[0].endswith("rank_gated_collective.py:38")
+    assert not any(MONITOR in s for s in v.sites)
+    assert any(f"(step(s) {monitor_step}: {MONITOR})" in note for note in analysis.notes), analysis.notes
+    assert training_step != monitor_step
+    apart = one_world(snapshot)
+    moved = [p for n in apart.nodes for p in n.other_processes if p.role == NOT_A_RANK]
+    assert [(p.step_id, MONITOR in " ".join(p.cmdline)) for p in moved] == [(monitor_step, True)] * 2
+    assert moved[0].samples  # their stacks go with them, for the report
+    assert not any(_is_monitor(r) for n in apart.nodes for r in n.ranks)
+    assert one_world(apart) == apart
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_a_monitor_the_batch_script_starts_beside_torchrun_is_no_rank_0(mode: str) -> None:
+    # batch_monitor_background: `python _node_monitor.py &` then `torchrun --standalone` in
+    # the batch script: the monitor is in the ranks' own step (batch) with SLURM_PROCID 0
+    snapshot = recorded(f"batch_monitor_background.{mode}")
+    zeros = [r for n in snapshot.nodes for r in n.ranks if r.rank == 0]
+    assert [(_is_monitor(r), r.step_id) for r in zeros] == [(True, "batch"), (False, "batch")]
+    assert ranks_step(snapshot.nodes) == (None, ())  # one step: the processes tell
+    analysis = diagnose(snapshot)
+    v = analysis.verdicts[0]
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (0,)), v
+    assert v.sites[0].endswith("rank_gated_collective.py:38")
+    assert any(f"(step(s) batch: {MONITOR})" in note for note in analysis.notes), analysis.notes
+    apart = one_world(snapshot)
+    assert [p.pid for n in apart.nodes for p in n.other_processes
+            if p.role == NOT_A_RANK] == [zeros[0].pid]
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_a_batch_script_written_in_python_is_no_rank_0(mode: str) -> None:
+    # python_batch_script: the batch step's Python process runs the training's srun and
+    # waits in subprocess.run; it was blamed as rank 0
+    snapshot = recorded(f"python_batch_script.{mode}")
+    driver = [r for n in snapshot.nodes for r in n.ranks if "_batch_driver.py" in " ".join(r.cmdline)]
+    assert [(r.rank, r.step_id) for r in driver] == [(0, "batch")]
+    v = diagnose(snapshot).verdicts[0]
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (0,)), v
+    assert v.sites[0].endswith("rank_gated_collective.py:38")
+
+
+def test_two_processes_claiming_a_rank_with_no_signs_either_both_stay() -> None:
+    snapshot = _map(recorded("batch_monitor_background.default"), lambda r: True,
+                    _without_signs)
+    assert one_world(snapshot) is snapshot
+
+
+def test_a_step_that_shows_a_ranks_signs_is_never_set_apart() -> None:
+    # two trainings in one job (two worlds): the monitor in a torch.distributed frame
+    dist = Frame(function="barrier", file="/venv/torch/distributed/distributed_c10d.py", line=9)
+
+    def training(rank: Rank) -> Rank:
+        first = rank.samples[0]
+        thread = replace(first.threads[0], frames=(dist, *first.threads[0].frames))
+        return replace(rank, samples=(replace(first, threads=(thread, *first.threads[1:])),
+                                      *rank.samples[1:]))
+
+    snapshot = _map(recorded("node_monitor_step.default"), _is_monitor, training)
+    assert ranks_step(snapshot.nodes) == (None, ())
+    assert one_world(snapshot) is snapshot
+
+
+def test_with_no_signs_anywhere_the_step_with_more_processes_holds_the_ranks() -> None:
+    # every training rank caught before torch.distributed: 4 processes against the monitors' 2
+    snapshot = _map(recorded("node_monitor_step.default"), lambda r: not _is_monitor(r),
+                    _without_signs)
+    training_step, monitor_step = _steps(snapshot)
+    assert ranks_step(snapshot.nodes) == (training_step, (monitor_step,))
+
+
+def test_a_tie_or_ranks_that_do_not_collide_change_nothing() -> None:
+    snapshot = recorded("node_monitor_step.default")
+    bare = _map(snapshot, lambda r: True, _without_signs)
+    # as many monitor processes as training ones, none of them with a rank's signs
+    tie = _map(bare, lambda r: not _is_monitor(r) and r.rank in (2, 3),
+               lambda r: replace(r, step_id="7"))
+    assert ranks_step(tie.nodes) == (None, ())
+    # the other step numbers its processes on (a heterogeneous job's component)
+    apart = _map(snapshot, _is_monitor, lambda r: replace(r, rank=(r.rank or 0) + 4))
+    assert ranks_step(apart.nodes) == (None, ())
+
+
+def test_a_set_apart_process_is_listed_with_its_step_in_the_other_processes() -> None:
+    sample = Sample(t=0.0, threads=(ThreadStack(thread_id=1, name="MainThread", active=False,
+                                                frames=(Frame("sample", "/x/mon.py", 3),)),))
+    snapshot = recorded("node_monitor_step.samples1")
+    monitor = next(r for n in snapshot.nodes for r in n.ranks if _is_monitor(r))
+    changed = _map(snapshot, lambda r: r is monitor, lambda r: replace(r, samples=(sample,)))
+    node = next(n for n in one_world(changed).nodes if any(p.pid == monitor.pid
+                                                            for p in n.other_processes))
+    other = next(p for p in node.other_processes if p.pid == monitor.pid)
+    assert (other.role, other.step_id, other.samples) == (NOT_A_RANK, monitor.step_id, (sample,))
