@@ -7,8 +7,9 @@ gone by the time the job hangs. What IS readable (the collector keeps it: ``grou
 - the c10d wrapper's ``args``/``kwargs``: no ProcessGroup among them, the call runs on the
   default (world) group;
 - the address of the collective's ``group`` in the ``distributed_c10d`` frame;
-- the job's own locals holding ``new_group`` results, as variables or dict entries: a member
-  holds a ProcessGroup there, a non-member torch's ``-100`` (``GroupMember.NON_GROUP_MEMBER``).
+- the job's own locals holding ``new_group`` results, as variables, dict entries or list items
+  (a list of groups and -100s only): a member holds a ProcessGroup there, a non-member torch's
+  ``-100`` (``GroupMember.NON_GROUP_MEMBER``).
 
 A name (function and variable, or dict key) is a *membership record* when some ranks hold a
 ProcessGroup in it and others ``-100``: it holds the result of one ``new_group`` call, made by
@@ -33,6 +34,10 @@ NON_MEMBER = "-100"
 _PG = r"<torch\._C\._distributed_c10d\.ProcessGroup at (0x[0-9a-fA-F]+)>"
 _PG_RE = re.compile(_PG)
 _ITEM_RE = re.compile(r'"([^"]{1,80})": (?:' + _PG + r"|(-100)\b)")
+# a list of new_group results (``[dist.new_group(r) for r in layout]``): groups and -100s only
+_ENTRY = r"(?:<torch\._C\._distributed_c10d\.ProcessGroup at 0x[0-9a-fA-F]+>|-100)"
+_LIST_RE = re.compile(r"\[" + _ENTRY + r"(?:, " + _ENTRY + r")*\]")
+_ENTRY_RE = re.compile(_PG + r"|(-100)")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,10 @@ def _values(sample: Sample, frames: tuple[Frame, ...]) -> tuple[dict[str, str], 
         whole = _PG_RE.fullmatch(text)
         if whole or text == NON_MEMBER:
             names.setdefault(f"{owner}'s {local}", whole.group(1) if whole else NON_MEMBER)
+            continue
+        if _LIST_RE.fullmatch(text):
+            for position, (pg, minus) in enumerate(_ENTRY_RE.findall(text)):
+                names.setdefault(f"{owner}'s {local}[{position}]", pg or minus)
             continue
         for key, pg, minus in _ITEM_RE.findall(text):
             names.setdefault(f"{owner}'s {local}[{key!r}]", pg or minus)

@@ -1011,6 +1011,24 @@ def _majority_diverged(reference: list[_Status], culprit_groups: list[list[_Stat
     return None
 
 
+def _downstream(waiting: list[_Status]) -> list[_Status]:
+    """With every waiting rank's process group read: the ranks whose group's other members,
+    each one, wait in a collective on another group. They wait for ranks held elsewhere and
+    take no part in a disagreement (a 2-D mesh: ranks 0 and 1 in the data-parallel all_reduce,
+    waiting for ranks 2 and 3, who disagree inside their tensor-parallel pair). Empty when a
+    group is not read, or when no rank is left to disagree."""
+    if not all(s.group and s.members for s in waiting):
+        return []
+    where = {s.rank: s for s in waiting}
+    found = []
+    for s in waiting:
+        absent = [r for r in s.members if r not in where or where[r].position != s.position]
+        if absent and all(r in where and where[r].group != s.group for r in absent):
+            found.append(s)
+    rest = {s.position for s in waiting if all(s is not f for f in found)}
+    return found if len(rest) > 1 else []
+
+
 def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str) -> Verdict:
     groups = list(_group_by(waiting, lambda s: s.position).values())
     # The reference is the largest group; among equally large ones the least suspicious.
@@ -1030,6 +1048,26 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
         # nobody waits with is the one the others wait for. Without the groups' membership
         # this cannot be proved: the waiting-together groups are named as candidates.
         return _waits_alone(waiting, ranked, alone, together, evidence_extra, severity)
+    # no rank waits alone: ranks that only wait for others held on other groups step aside
+    downstream = _downstream(waiting)
+    if downstream:
+        lines = []
+        for g in _group_by(downstream, lambda s: s.position).values():
+            there = {s.rank for s in g}
+            absent = [r for r in g[0].members if r not in there]
+            lines.append(f"{_ranks_label(there)} {_verb(list(there), 'waits', 'wait')} on "
+                         f"{g[0].group} (ranks {format_int_ranges(g[0].members)}) for "
+                         f"{_ranks_label(absent)}, in collectives on other groups: downstream "
+                         "of the disagreement, not in it")
+        core = [s for s in waiting if all(s is not d for d in downstream)]
+        verdict = _mismatched(core, [*lines, *evidence_extra], severity)
+        waiters = [s.rank for s in downstream]
+        return replace(
+            verdict,
+            summary=(f"{verdict.summary}; {_ranks_label(waiters)} "
+                     f"{_verb(waiters, 'waits', 'wait')} for them on other groups"),
+            evidence=tuple(_group_evidence(downstream)) + verdict.evidence,
+        )
     if ambiguous:
         tied = [g for g in ranked if len(g) == len(first)]
         culprits = sorted(s.rank for g in tied for s in g)
@@ -1078,9 +1116,19 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
         summary = f"{halves}: the ranks called {how}; cannot tell which side diverged"
     evidence.extend(evidence_extra)
     sites = _unique(s.site for s in sorted(culprit_statuses, key=lambda s: s.rank))
+    # The named ranks are apart from each other too (a 2-D mesh: the two ranks of one tensor-
+    # parallel pair in different collectives, the others already waiting in the data-parallel
+    # one): the hang may start with one of them only, and nothing in the stacks says which.
+    scattered = bool(reference) and len(culprit_groups) > 1
+    if scattered:
+        evidence.append(
+            f"the {len(culprit_statuses)} ranks named are in {len(culprit_groups)} different "
+            "places: the hang may start with one of them only (ranks that share a group and "
+            "called different collectives); stacks alone cannot tell which"
+        )
     # a tie decided by rank 0 alone is a guess, and so is a majority against a sign: said, and
     # the confidence says it
-    weak = reference and (rule == TIE_RULES[-1] or against is not None)
+    weak = ambiguous or (reference and (rule == TIE_RULES[-1] or against is not None or scattered))
     return Verdict(
         confidence="medium" if weak else None,
         kind=VerdictKind.MISMATCHED_COLLECTIVE,
