@@ -68,18 +68,26 @@ def argv_identity(cmdline):
 def _mark_argv_ranks(procs):
     """``argv`` of each Python process that is one of two or more children of one parent whose
     command lines give distinct ranks, the parent a launcher (one or two threads: a torch rank
-    runs more): their identity from the flags. A single child given a rank (an evaluation
+    runs more): their identity from the flags. A Python child that exited unreaped (a zombie:
+    its command line gone) counts among the children: a rank that died before its launcher
+    waited for it leaves one live sibling. A single child given a rank (an evaluation
     script run by rank 0 with --rank 0), or helpers a rank starts numbered so, are not."""
     groups = {}  # type: dict
+    dead = {}  # type: dict
     for info in procs.values():
         info["argv"] = None
+        if info.get("zombie"):  # a Python child that exited, its command line gone
+            if info["stat"]["comm"].startswith("python"):
+                dead[info["stat"]["ppid"]] = dead.get(info["stat"]["ppid"], 0) + 1
+            continue
         found = argv_identity(info["cmdline"])
         if "rank" in found and _is_python(info):
             groups.setdefault(info["stat"]["ppid"], []).append((info, found))
     for parent, members in groups.items():
         if parent in procs and procs[parent]["stat"]["num_threads"] > 2:
             continue
-        if len(members) >= 2 and len({found["rank"] for _, found in members}) == len(members):
+        distinct = len({found["rank"] for _, found in members}) == len(members)
+        if len(members) + dead.get(parent, 0) >= 2 and distinct:
             for info, found in members:
                 info["argv"] = found
 
@@ -367,6 +375,14 @@ def discover(job_id, node, listing, exclude, errors, walked=None):
         if pid in exclude:
             continue
         raw = _read(f"/proc/{pid}/environ", binary=True, one_show=True)
+        if raw is None and listed is not None:
+            # A zombie (exited, not reaped) has no environment left: kept, marked, when its
+            # stepd listed it, so that its launcher's children are counted whole (_mark_argv_ranks)
+            stat = read_stat(pid)
+            if stat is not None and stat["state"] == "Z":
+                procs[pid] = {"pid": pid, "env": {}, "stat": stat, "cmdline": [],
+                              "step_id": pids[pid], "zombie": True}
+            continue
         if raw is None or _environ_node(raw, needle) == "foreign":
             continue  # gone, not ours to read, or another (emulated) node's process
         env = parse_environ(raw)
@@ -487,7 +503,7 @@ def _classify_once(procs, launchers):
         info = procs[pid]
         info["rank_pid"] = None
         info["global_rank"] = identity(info)[0]
-        if info["stat"]["comm"] in SKIP_COMMS:
+        if info["stat"]["comm"] in SKIP_COMMS or info.get("zombie"):
             continue
         kind = _agent_kind(info["cmdline"])
         if kind is None and pid in launchers:

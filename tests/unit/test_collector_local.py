@@ -828,6 +828,29 @@ def test_one_child_given_a_rank_on_its_command_line_stays_its_parents_child() ->
     assert [procs[p]["role"] for p in (62, 63, 64)] == ["agent", "rank", "rank"]
 
 
+def test_a_launchers_rank_whose_sibling_died_unreaped_keeps_its_flags() -> None:
+    # GIVEN a one-thread launcher (one srun task a node, SLURM_PROCID 1) that started ranks 2
+    # and 3 with --rank flags; rank 3 exited before the launcher waited for it: a zombie,
+    # its command line and environment gone
+    env = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "1"}
+    procs = {
+        90: _info(90, 1, ["/usr/bin/python3", "launch.py"], env),
+        91: _info(91, 90, ["/usr/bin/python3", "launch.py", "--rank", "2", "--world-size", "4"],
+                  env),
+        92: {**_info(92, 90, [], {}), "zombie": True},
+    }
+    procs[92]["stat"].update(state="Z", comm="python3")
+    discovery.classify(procs)
+    # THEN the live rank is rank 2, not the launcher's task number; the zombie is no rank
+    assert discovery.identity(procs[91]) == ("2", None, "4")
+    assert [procs[p]["role"] for p in (90, 91, 92)] == ["agent", "rank", None]
+    # AND without the zombie, a lone child's --rank stays unread (a LoRA --rank 8, an
+    # evaluation's --rank 0): the task number is its identity, as before
+    del procs[92]
+    discovery.classify(procs)
+    assert discovery.identity(procs[91])[0] == "1"
+
+
 def test_the_launchers_variables_come_before_the_command_line() -> None:
     # GIVEN torchrun-style ranks whose RANK says otherwise than their flags
     env = {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7", "TORCHELASTIC_RUN_ID": "x"}
