@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from slurmdiag.snapshot import Node, Rank, Snapshot, WorkerProcess
+from slurmdiag.vocabulary import NodeStatus
 
 NOT_A_RANK = "not a rank"
 # Set by the launchers that build a torch.distributed world (torchrun, mp.spawn scripts, the
@@ -135,3 +136,34 @@ def _program(cmdline: tuple[str, ...]) -> str:
         if not arg.startswith("-"):
             return arg.rsplit("/", 1)[-1]
     return args[0].rsplit("/", 1)[-1] if args else "?"
+
+
+def worlds(snapshot: Snapshot) -> tuple[tuple[str, Snapshot], ...]:
+    """The job's trainings judged apart: (step, the snapshot of that step's ranks) for each
+    step whose processes show a rank's signs, when two or more such steps number the same
+    ranks (trainings packed in one allocation, a sweep's shape: `srun -n2 python a.py &
+    srun -n2 python b.py &`). Each holds the nodes with ranks of its step, and the nodes that
+    failed to report. Empty when the job holds one world (or the steps number their ranks on)."""
+    claims: dict[str, set[int]] = defaultdict(set)
+    signs: dict[str, bool] = defaultdict(bool)
+    for node in snapshot.nodes:
+        for rank in node.ranks:
+            if rank.rank is not None and rank.step_id is not None:
+                claims[rank.step_id].add(rank.rank)
+                signs[rank.step_id] = signs[rank.step_id] or _distributed(rank)
+    steps = sorted((s for s in claims if signs[s]), key=_step_order)
+    if len(steps) < 2 or not any(claims[a] & claims[b] for a in steps for b in steps if a < b):
+        return ()
+    out = []
+    for step in steps:
+        nodes = tuple(
+            replace(node, ranks=tuple(r for r in node.ranks if r.step_id == step))
+            for node in snapshot.nodes
+            if any(r.step_id == step for r in node.ranks) or node.status != NodeStatus.OK
+        )
+        out.append((step, replace(snapshot, nodes=nodes)))
+    return tuple(out)
+
+
+def _step_order(step: str) -> tuple[int, str]:
+    return (int(step), "") if step.isdigit() else (1 << 30, step)

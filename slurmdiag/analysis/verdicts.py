@@ -73,7 +73,7 @@ from slurmdiag.analysis.stacks import (
     program_ended,
     waits_for_a_signal,
 )
-from slurmdiag.analysis.steps import one_world, set_apart_note
+from slurmdiag.analysis.steps import one_world, set_apart_note, worlds
 from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.snapshot import (
     BlockedCall,
@@ -89,7 +89,7 @@ from slurmdiag.snapshot import (
     Verdict,
     WorkerProcess,
 )
-from slurmdiag.vocabulary import HANG_KINDS, NodeStatus, VerdictKind, severity_rank
+from slurmdiag.vocabulary import HANG_KINDS, NodeStatus, Severity, VerdictKind, severity_rank
 
 __all__ = ["diagnose"]
 
@@ -3304,7 +3304,41 @@ def diagnose(snapshot: Snapshot) -> Analysis:
     """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
     snapshot = one_world(snapshot)  # a per-node monitor's step is no ranks of the job
     with job_code(snapshot):  # a training package installed with pip is the job's own code
+        packed = worlds(snapshot)
+        if packed:
+            return _apart(packed)
         return _diagnose(snapshot)
+
+
+def _apart(packed: tuple[tuple[str, Snapshot], ...]) -> Analysis:
+    """Trainings packed in one allocation, each its own step and world: each judged on its own
+    ranks; the analysis shown is the world whose verdict is the most severe (the first such
+    step), every world's hang verdict is listed, its summary prefixed with its step."""
+    judged = [(step, _diagnose(world)) for step, world in packed]
+
+    def first_severity(item: tuple[str, Analysis]) -> int:
+        verdicts = item[1].verdicts
+        return severity_rank(verdicts[0].severity) if verdicts else len(Severity)
+
+    order = sorted(range(len(judged)), key=lambda i: first_severity(judged[i]))
+    chosen_step, chosen = judged[order[0]]
+    verdicts: list[Verdict] = []
+    seen: set[tuple[str, str]] = set()
+    for i in order:
+        step, analysis = judged[i]
+        for v in analysis.verdicts:
+            if v.kind in HANG_KINDS or v.kind == VerdictKind.PROGRESSING:
+                verdicts.append(replace(v, summary=f"step {step}: {v.summary}"))
+            elif (v.kind, v.summary) not in seen:  # the job's log, NICs, GPUs: once
+                verdicts.append(v)
+            seen.add((v.kind, v.summary))
+    verdicts.sort(key=lambda v: severity_rank(v.severity))
+    lines = [f"step {step}: {a.verdicts[0].kind} ({a.verdicts[0].severity})" if a.verdicts
+             else f"step {step}: no verdict" for step, a in judged]
+    note = (f"the job runs {len(judged)} trainings as steps of their own, each numbering its "
+            f"ranks from 0 (steps {', '.join(s for s, _ in judged)}): each is judged on its own "
+            f"ranks; the ranks and stacks shown are step {chosen_step}'s; " + "; ".join(lines))
+    return replace(chosen, verdicts=tuple(verdicts), notes=(note, *chosen.notes))
 
 
 def _diagnose(snapshot: Snapshot) -> Analysis:

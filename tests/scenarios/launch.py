@@ -105,6 +105,31 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
                        "--ntasks-per-node=1", *monitor]
         lines.append(shlex.join(monitor) + " &")
         lines.append("sleep 3  # the monitor's step is the job's first: its pids come first too")
+    if truth.get("packed_with"):
+        # Two trainings packed in one allocation (a sweep's shape): the companion and the
+        # scenario's program, each its own srun step of ntasks_per_node ranks and its own
+        # world (MASTER_PORT of its own), run side by side; the companion reports its
+        # readiness in a folder of its own.
+        if truth["launcher"] != "srun" or nodes != 1:
+            raise ScenarioError(f"{truth['name']}: packed trainings are srun steps on one node")
+        lines.append(
+            "read -r PORT_A PORT_B < <(" + shlex.quote(python) + " -c "
+            + shlex.quote("import _harness as h; print(*h.derived_ports(h.job_id()))") + ")")
+        for port, folder, target in (("$PORT_A", "companion", truth["packed_with"]),
+                                     ("$PORT_B", "", truth["program"])):
+            # --overlap: both steps share the allocation's CPUs (--exact would need twice the
+            # tasks allocated)
+            step = ["srun", "-K0", "--overlap", "--nodes=1", f"--ntasks={per_node}", "nice", "-n",
+                    str(NICENESS), python, "-u", str(REPO_ROOT / target)]
+            where = shlex.quote(str(state_dir / folder)) if folder else '"$SLURMDIAG_SCENARIO_DIR"'
+            if folder:
+                lines.append(f"mkdir -p {where}")
+            lines.append(f"MASTER_PORT={port} SLURMDIAG_SCENARIO_DIR={where} "
+                         + shlex.join(step) + " &")
+            if folder:
+                lines.append("sleep 3  # the companion's step comes first")
+        lines.append("wait")
+        return "\n".join(lines) + "\n"
     if truth["launcher"] == "srun":
         # -K0: when one task exits non-zero the others keep running (and keep hanging);
         # the cluster's KillOnBadExit would otherwise decide.

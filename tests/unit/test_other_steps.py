@@ -12,7 +12,7 @@ import pytest
 from snapfactory import recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.analysis.steps import NOT_A_RANK, RENDEZVOUS_ENV, one_world, ranks_step
+from slurmdiag.analysis.steps import NOT_A_RANK, RENDEZVOUS_ENV, one_world, ranks_step, worlds
 from slurmdiag.snapshot import Frame, Rank, Sample, Snapshot, ThreadStack
 
 MONITOR = "_node_monitor.py"
@@ -148,3 +148,32 @@ def test_a_set_apart_process_is_listed_with_its_step_in_the_other_processes() ->
                                                             for p in n.other_processes))
     other = next(p for p in node.other_processes if p.pid == monitor.pid)
     assert (other.role, other.step_id, other.samples) == (NOT_A_RANK, monitor.step_id, (sample,))
+
+
+@pytest.mark.parametrize("mode, severity", [("default", "critical"), ("samples1", "warning")])
+def test_packed_trainings_are_judged_apart(mode: str, severity: str) -> None:
+    # packed_trainings: healthy_slow (step 0, started first) and rank_gated_collective (step
+    # 1) side by side, both numbering their ranks 0 and 1: it was "progressing" (the healthy
+    # world's processes kept for ranks 0 and 1, the hung world's left out as duplicates)
+    snapshot = recorded(f"packed_trainings.{mode}")
+    assert [step for step, _ in worlds(snapshot)] == ["0", "1"]
+    analysis = diagnose(snapshot)
+    v = analysis.verdicts[0]
+    assert (v.kind, v.severity, v.culprit_ranks) == ("mismatched_collective", severity, (0,)), v
+    assert v.sites[0].endswith("rank_gated_collective.py:38")
+    assert v.summary.startswith("step 1: rank 0 waits in barrier")
+    # the healthy world's reading is listed too, and the note says how the job was read
+    assert [w.summary.split(":")[0] for w in analysis.verdicts if w.kind == "progressing"] == ["step 0"]
+    assert analysis.notes[0].startswith("the job runs 2 trainings as steps of their own")
+    assert "the ranks and stacks shown are step 1's" in analysis.notes[0]
+    assert {r.rank for r in analysis.ranks} == {0, 1} and analysis.world_size == 2
+
+
+def test_steps_of_one_world_are_not_judged_apart() -> None:
+    snapshot = recorded("packed_trainings.default")
+    # the second step numbering its ranks on (2, 3), as a heterogeneous job's component does
+    on = _map(snapshot, lambda r: r.step_id == "1", lambda r: replace(r, rank=(r.rank or 0) + 2))
+    assert worlds(on) == ()
+    # a step showing no rank's signs is no world (one_world sets it apart first)
+    bare = _map(snapshot, lambda r: r.step_id == "0", _without_signs)
+    assert worlds(bare) == ()
