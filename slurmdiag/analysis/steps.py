@@ -138,30 +138,48 @@ def _program(cmdline: tuple[str, ...]) -> str:
     return args[0].rsplit("/", 1)[-1] if args else "?"
 
 
+def _world_key(rank: Rank) -> tuple[str, str | None]:
+    """(step, the rendezvous its launcher made): torchrun's run id, else the store's address;
+    None when the environment names neither (srun's ranks: the step is the world)."""
+    run = rank.env.get("TORCHELASTIC_RUN_ID")
+    if not run and rank.env.get("MASTER_ADDR") and rank.env.get("MASTER_PORT"):
+        run = f"{rank.env['MASTER_ADDR']}:{rank.env['MASTER_PORT']}"
+    return (rank.step_id or "?", run or None)
+
+
 def worlds(snapshot: Snapshot) -> tuple[tuple[str, Snapshot], ...]:
-    """The job's trainings judged apart: (step, the snapshot of that step's ranks) for each
-    step whose processes show a rank's signs, when two or more such steps number the same
-    ranks (trainings packed in one allocation, a sweep's shape: `srun -n2 python a.py &
-    srun -n2 python b.py &`). Each holds the nodes with ranks of its step, and the nodes that
-    failed to report. Empty when the job holds one world (or the steps number their ranks on)."""
-    claims: dict[str, set[int]] = defaultdict(set)
-    signs: dict[str, bool] = defaultdict(bool)
+    """The job's trainings judged apart: (a label, the snapshot of that world's ranks) for each
+    world whose processes show a rank's signs, when two or more number the same ranks. A world
+    is a step, or within a step a rendezvous of its own (torchrun's run id, the store's
+    address): trainings packed in one allocation, a sweep's shape (`srun -n2 python a.py &
+    srun -n2 python b.py &`), or `torchrun --standalone` on each node of a multi-node job (a
+    world a node). Each holds the nodes with ranks of its world, and the nodes that failed to
+    report. Empty when the job holds one world (or its worlds number their ranks on)."""
+    claims: dict[tuple[str, str | None], set[int]] = defaultdict(set)
+    signs: dict[tuple[str, str | None], bool] = defaultdict(bool)
+    hosts: dict[tuple[str, str | None], list[str]] = defaultdict(list)
     for node in snapshot.nodes:
         for rank in node.ranks:
             if rank.rank is not None and rank.step_id is not None:
-                claims[rank.step_id].add(rank.rank)
-                signs[rank.step_id] = signs[rank.step_id] or _distributed(rank)
-    steps = sorted((s for s in claims if signs[s]), key=_step_order)
-    if len(steps) < 2 or not any(claims[a] & claims[b] for a in steps for b in steps if a < b):
+                key = _world_key(rank)
+                claims[key].add(rank.rank)
+                signs[key] = signs[key] or _distributed(rank)
+                if node.name not in hosts[key]:
+                    hosts[key].append(node.name)
+    keys = sorted((k for k in claims if signs[k]), key=lambda k: (_step_order(k[0]), hosts[k]))
+    if len(keys) < 2 or not any(claims[a] & claims[b] for a in keys for b in keys if a < b):
         return ()
     out = []
-    for step in steps:
+    for key in keys:
+        shared = sum(1 for k in keys if k[0] == key[0]) > 1
+        label = f"step {key[0]}" + (f" on {', '.join(hosts[key])}" if shared else "")
         nodes = tuple(
-            replace(node, ranks=tuple(r for r in node.ranks if r.step_id == step))
+            replace(node, ranks=tuple(r for r in node.ranks if _world_key(r) == key))
             for node in snapshot.nodes
-            if any(r.step_id == step for r in node.ranks) or node.status != NodeStatus.OK
+            if any(_world_key(r) == key for r in node.ranks) or node.status != NodeStatus.OK
         )
-        out.append((step, replace(snapshot, nodes=nodes)))
+        job = replace(snapshot.job, nodes=tuple(n.name for n in nodes))
+        out.append((label, replace(snapshot, job=job, nodes=nodes)))
     return tuple(out)
 
 

@@ -3311,33 +3311,39 @@ def diagnose(snapshot: Snapshot) -> Analysis:
 
 
 def _apart(packed: tuple[tuple[str, Snapshot], ...]) -> Analysis:
-    """Trainings packed in one allocation, each its own step and world: each judged on its own
-    ranks; the analysis shown is the world whose verdict is the most severe (the first such
-    step), every world's hang verdict is listed, its summary prefixed with its step."""
-    judged = [(step, _diagnose(world)) for step, world in packed]
+    """Trainings of one job that are worlds of their own (steps packed in one allocation, a
+    torchrun --standalone a node), each judged on its own ranks; the analysis shown is the
+    world whose verdict is the most severe (the first such), every world's hang verdict is
+    listed, its summary prefixed with the world's label."""
+    judged = [(label, _diagnose(world)) for label, world in packed]
 
     def first_severity(item: tuple[str, Analysis]) -> int:
         verdicts = item[1].verdicts
         return severity_rank(verdicts[0].severity) if verdicts else len(Severity)
 
     order = sorted(range(len(judged)), key=lambda i: first_severity(judged[i]))
-    chosen_step, chosen = judged[order[0]]
+    chosen_label, chosen = judged[order[0]]
     verdicts: list[Verdict] = []
     seen: set[tuple[str, str]] = set()
     for i in order:
-        step, analysis = judged[i]
+        label, analysis = judged[i]
         for v in analysis.verdicts:
             if v.kind in HANG_KINDS or v.kind == VerdictKind.PROGRESSING:
-                verdicts.append(replace(v, summary=f"step {step}: {v.summary}"))
+                verdicts.append(replace(v, summary=f"{label}: {v.summary}"))
             elif (v.kind, v.summary) not in seen:  # the job's log, NICs, GPUs: once
                 verdicts.append(v)
             seen.add((v.kind, v.summary))
     verdicts.sort(key=lambda v: severity_rank(v.severity))
-    lines = [f"step {step}: {a.verdicts[0].kind} ({a.verdicts[0].severity})" if a.verdicts
-             else f"step {step}: no verdict" for step, a in judged]
-    note = (f"the job runs {len(judged)} trainings as steps of their own, each numbering its "
-            f"ranks from 0 (steps {', '.join(s for s, _ in judged)}): each is judged on its own "
-            f"ranks; the ranks and stacks shown are step {chosen_step}'s; " + "; ".join(lines))
+    lines = [f"{label}: {a.verdicts[0].kind} ({a.verdicts[0].severity})" if a.verdicts
+             else f"{label}: no verdict" for label, a in judged]
+    one_step = len({label.split(" on ", 1)[0] for label, _ in judged}) == 1
+    how = ("worlds of their own in one step, one a node or group of nodes (a `torchrun "
+           "--standalone` on each node, or a rendezvous of its own each: if they were meant to "
+           "be one job, give every node's launcher the same rendezvous endpoint and id)"
+           if one_step else "steps of their own")
+    note = (f"the job runs {len(judged)} trainings as {how}, each numbering its ranks from 0: "
+            f"each is judged on its own ranks; the ranks and stacks shown are {chosen_label}'s; "
+            + "; ".join(lines))
     return replace(chosen, verdicts=tuple(verdicts), notes=(note, *chosen.notes))
 
 

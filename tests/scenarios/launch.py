@@ -159,6 +159,15 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
                 "bash", "-c", agent,
                 torchrun]
         lines.append(shlex.join(argv) + ' "$RDZV_ADDR:$RDZV_PORT" ' + shlex.quote(str(program)))
+    elif truth["launcher"] == "torchrun-standalone":
+        # The single-node torchrun line copied to a multi-node job (the field's D2 mistake):
+        # one `torchrun --standalone` a node, each hosting its own rendezvous: every node
+        # forms a world of its own, numbering its ranks from 0.
+        torchrun = str(Path(python).parent / "torchrun")
+        argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                "nice", "-n", str(NICENESS), torchrun, "--standalone",
+                f"--nproc-per-node={per_node}", "--max-restarts=0", str(program)]
+        lines.append(shlex.join(argv))
     elif truth["launcher"] == "torchrun-batch":
         # torchrun straight in the batch script, as single-node jobs often do: no srun, the
         # agent and its workers live in the job's batch step.

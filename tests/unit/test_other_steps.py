@@ -156,7 +156,7 @@ def test_packed_trainings_are_judged_apart(mode: str, severity: str) -> None:
     # 1) side by side, both numbering their ranks 0 and 1: it was "progressing" (the healthy
     # world's processes kept for ranks 0 and 1, the hung world's left out as duplicates)
     snapshot = recorded(f"packed_trainings.{mode}")
-    assert [step for step, _ in worlds(snapshot)] == ["0", "1"]
+    assert [label for label, _ in worlds(snapshot)] == ["step 0", "step 1"]
     analysis = diagnose(snapshot)
     v = analysis.verdicts[0]
     assert (v.kind, v.severity, v.culprit_ranks) == ("mismatched_collective", severity, (0,)), v
@@ -177,3 +177,29 @@ def test_steps_of_one_world_are_not_judged_apart() -> None:
     # a step showing no rank's signs is no world (one_world sets it apart first)
     bare = _map(snapshot, lambda r: r.step_id == "0", _without_signs)
     assert worlds(bare) == ()
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_a_standalone_torchrun_on_each_node_is_a_world_a_node(mode: str) -> None:
+    # standalone_per_node: `srun torchrun --standalone --nproc-per-node=2` on 2 nodes: one
+    # step, each node's agent its own rendezvous (run id), both numbering ranks 0 and 1; node
+    # 2's ranks were left out as duplicates and nothing said the nodes were two jobs
+    snapshot = recorded(f"standalone_per_node.{mode}")
+    assert [label for label, _ in worlds(snapshot)] == ["step 0 on node001", "step 0 on node002"]
+    analysis = diagnose(snapshot)
+    hangs = [v for v in analysis.verdicts if v.kind == "mismatched_collective"]
+    assert [(v.summary.split(":")[0], v.culprit_ranks) for v in hangs] == [
+        ("step 0 on node001", (0,)), ("step 0 on node002", (0,))]
+    assert all(v.sites[0].endswith("rank_gated_collective.py:38") for v in hangs)
+    assert not any(v.kind == "incomplete" for v in analysis.verdicts)  # each world's nodes only
+    assert "torchrun --standalone" in analysis.notes[0]
+
+
+def test_one_rendezvous_across_nodes_is_one_world() -> None:
+    # torchrun under srun as meant: every agent the same rendezvous id, ranks numbered on
+    snapshot = recorded("standalone_per_node.default")
+    first = next(r for r in snapshot.nodes[0].ranks).env["TORCHELASTIC_RUN_ID"]
+    one = replace(snapshot, nodes=(snapshot.nodes[0], replace(snapshot.nodes[1], ranks=tuple(
+        replace(r, rank=(r.rank or 0) + 2, env={**r.env, "TORCHELASTIC_RUN_ID": first})
+        for r in snapshot.nodes[1].ranks))))
+    assert worlds(one) == ()
