@@ -37,7 +37,8 @@ REPO_ROOT = SCENARIO_DIR.parents[1]
 TIME_LIMIT_MINUTES = 30
 #: Ranks run at a lower priority so a spinning rank does not starve the test itself.
 NICENESS = 5
-LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch", "background")
+LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch", "background",
+             "torchrun-standalone")
 #: Variables of the submitting shell that would confuse the ranks or sbatch itself.
 _INHERITED_VARS_TO_DROP = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"

@@ -53,7 +53,9 @@ def test_truth_is_well_formed(name):
     assert (REPO_ROOT / truth["program"]).is_file()
     assert truth["launcher"] in LAUNCHERS
     assert truth["expected_kind"] in KINDS
-    assert truth["world_size"] == truth["nodes"] * truth["ntasks_per_node"]
+    # torchrun --standalone on each node: a world a node
+    per_world = 1 if truth["launcher"] == "torchrun-standalone" else truth["nodes"]
+    assert truth["world_size"] == per_world * truth["ntasks_per_node"]
     ranks = set(range(truth["world_size"]))
     culprits, waiting = set(truth["culprit_ranks"]), set(truth["waiting_ranks"])
     # ranks that finished and exited before the look (exit_waits_uploader): no process
