@@ -3302,12 +3302,28 @@ def _settled_tail(snapshot: Snapshot, merge: StackMerge, anywhere: bool
 
 def diagnose(snapshot: Snapshot) -> Analysis:
     """Analyse a snapshot: stack classes, prefix tree, per-rank digests and ordered verdicts."""
-    snapshot = one_world(snapshot)  # a per-node monitor's step is no ranks of the job
+    snapshot = one_world(_without_our_stops(snapshot))  # a monitor's step is no ranks
     with job_code(snapshot):  # a training package installed with pip is the job's own code
         packed = worlds(snapshot)
         if packed:
             return _apart(packed)
         return _diagnose(snapshot)
+
+
+def _without_our_stops(snapshot: Snapshot) -> Snapshot:
+    """The ranks' wait channel ``ptrace_stop`` read while the rank is not in a tracing stop and
+    no tracer of another tool holds it: our strace's stop as it attached or left, read a moment
+    apart from the state (store_wait: rank 0 in its store wait, read "blocked in I/O" with
+    rank 2). Read as no wait channel; a debugger's stop (state t, a tracer) stays."""
+    def ours(rank: Rank) -> bool:
+        return (rank.wchan == "ptrace_stop" and (rank.state or "")[:1] not in ("t", "T")
+                and rank.tracer is None)
+
+    if not any(ours(r) for n in snapshot.nodes for r in n.ranks):
+        return snapshot
+    return replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(replace(r, wchan=None) if ours(r) else r for r in n.ranks))
+        for n in snapshot.nodes))
 
 
 def _apart(packed: tuple[tuple[str, Snapshot], ...]) -> Analysis:

@@ -326,6 +326,15 @@ def reuse_sample(pid, previous, index, clock):
     }
 
 
+TORN_READ = ("Failed to copy", "Bad address", "os error 14")
+
+
+def _torn(text):
+    """py-spy failed reading the interpreter's memory as it changed (not a refusal or a gone
+    process): worth one more read."""
+    return any(word in text for word in TORN_READ)
+
+
 def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
     """Task: one py-spy sample of ``pid``, {"t", "threads", "error"} (+ "note" when read oddly).
     ``traced``: strace is attached to it, so py-spy cannot suspend it: read with --nonblocking.
@@ -357,6 +366,12 @@ def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
         argv.append("--locals")
     usage = read_usage(pid, stat)
     rc, out, err, timeout_note = yield from tool_run(argv, timeout)
+    if rc != 0 and not timeout_note and _torn(err or out) and clock.left() > 1.0:
+        # a read of memory the interpreter was changing (a running rank, py-spy 0.4: "Failed to
+        # copy PyCodeObject ... Bad address"): once more, at once
+        first = _one_line(err or out)
+        rc, out, err, timeout_note = yield from tool_run(argv, min(10.0, clock.left()))
+        note = "; ".join(filter(None, (note, f"read twice: the first read was torn ({first})")))
     if rc == 0:
         try:
             raw = to_node_tids(loads(out), pid)

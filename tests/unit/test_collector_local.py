@@ -1460,3 +1460,36 @@ def test_a_rank_whose_wait_changed_after_its_last_sample_is_sampled_again(tmp_pa
         os.close(w)
         child.kill()
         child.wait()
+
+
+def _flaky_pyspy(tmp_path: Path, failures: int, message: str) -> tuple[str, Path]:
+    """A py-spy that fails ``failures`` times with ``message``, then dumps a real recording;
+    its calls are counted in a file."""
+    dump = REPO / "tests/fixtures/py_spy/local_pyspy0.4_json_blocked.json"
+    count = tmp_path / "calls"
+    tool = tmp_path / "py-spy"
+    tool.write_text(
+        "#!/bin/sh\n"
+        f'echo x >> "{count}"\n'
+        f'if [ "$(wc -l < "{count}")" -le {failures} ]; then echo "{message}" >&2; exit 1; fi\n'
+        f'cat "{dump}"\n')
+    tool.chmod(0o755)
+    return str(tool), count
+
+
+@pytest.mark.parametrize("failures, message, calls, read", [
+    # py-spy 0.4 on a running rank (rank0_prepare_barrier, --samples 1: a false alarm)
+    (1, "Error: Failed to copy PyCodeObject Caused by: Bad address (os error 14)", 2, True),
+    (2, "Error: Failed to copy PyCodeObject Caused by: Bad address (os error 14)", 2, False),
+    (1, "Error: Permission denied (os error 13)", 1, False),  # a refusal is not read again
+])
+def test_a_torn_pyspy_read_is_read_once_more(tmp_path: Path, failures: int, message: str,
+                                             calls: int, read: bool) -> None:
+    pyspy, count = _flaky_pyspy(tmp_path, failures, message)
+    sample = tools.run_tasks([stacks.dump_stack(pyspy, os.getpid(), False, tools.Clock(20))], 1)[0]
+    assert len(count.read_text().splitlines()) == calls
+    if read:
+        assert sample["threads"] and sample["error"] is None
+        assert sample["note"].startswith("read twice: the first read was torn (Error: Failed")
+    else:
+        assert sample["threads"] is None and message.split(" Caused")[0] in sample["error"]
