@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -362,6 +363,9 @@ def run_batch(names: Sequence[str], state_root: Path, keep: Path | None,
     results: list[Comparison] = []
     try:
         for name in names:
+            # a state folder of an earlier run (job ids start again with a new cluster) holds
+            # that run's products: a cache_lock_barrier found its cache already built and ended
+            shutil.rmtree(state_root / name, ignore_errors=True)
             try:
                 runs.append(submit(name, state_root / name))
             except ScenarioError as error:
