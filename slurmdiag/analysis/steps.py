@@ -1,20 +1,27 @@
-"""Which step of the job holds its ranks, when processes of several steps claim the same ones.
+"""Which processes of the job are its ranks, and how many trainings (worlds) they form.
 
-A batch script often starts a per-node helper as a step of its own beside the training step
-(``srun --overlap --ntasks-per-node=1 python gpu_logger.py &``). Its processes are Python
-processes of the job with that step's SLURM_PROCID, 0, 1, ... : the training ranks' numbers.
-Taken for ranks, a monitor asleep between two samples could stand for rank 0 (the first process
-found kept, the rank itself left out) or add ranks the world does not have. When the ranks of
-two steps collide, the step whose processes show they are ranks of a distributed program
-(a frame of torch.distributed in a sample, or the rendezvous's variables in their environment)
-holds the job's ranks, or, when none shows any, the step with more processes; the processes of
-a colliding step that shows no such sign are kept on their nodes as other processes of the job
-(role ``not a rank``), with their stacks; so is a process that claims a rank held by a process
-showing the signs, in any step, showing none itself (a monitor the batch script starts beside
-torchrun's workers carries the batch step's SLURM_PROCID, 0). Steps that do not collide are left alone (a
-heterogeneous job's components number their ranks on), so is a step that shows the signs (two
-trainings in one job are two worlds), and so is a tie (nothing tells the steps apart: both
-stay, and the analysis notes the processes claiming one rank).
+A batch script often starts a per-node helper beside the training: as a step of its own
+(``srun --overlap --ntasks-per-node=1 python gpu_logger.py &``) or in the batch step itself
+(``python monitor.py &``, or the batch script written in Python). Such a process carries its
+step's SLURM_PROCID, 0, 1, ...: the training ranks' numbers. Taken for a rank, a monitor asleep
+between two samples stood for rank 0 (the first process found was kept, the rank left out) and
+was blamed. A rank of a distributed program shows it: a torch.distributed frame in a sample, or
+the rendezvous's variables in its environment (``one_world``):
+
+- when the ranks of two steps collide, a step showing none of these signs, beside one that shows
+  them (or, none showing any, one with more processes), is set apart;
+- a process that claims a rank held by a process showing the signs, showing none itself, is set
+  apart too, in any step.
+
+Set apart, they are kept on their nodes as other processes of the job (role ``not a rank``),
+with their stacks. Left alone: steps whose ranks do not collide (a heterogeneous job's
+components number their ranks on), a tie (nothing tells the claimants apart: the analysis notes
+the processes claiming one rank).
+
+Steps that each show the signs and number the same ranks are trainings of their own, and so are
+the rendezvous of one step (torchrun's run id, the store's address): trainings packed in one
+allocation, or ``torchrun --standalone`` on each node of a multi-node job (``worlds``). The
+analysis judges each on its own ranks.
 """
 
 from __future__ import annotations

@@ -19,12 +19,13 @@ import sys
 PROCESSES_PER_NODE = 2
 
 
-def launch() -> int:
-    """The node's launcher: start its ranks, wait for them, exit with the worst status."""
+def launch(program: str = __file__) -> int:
+    """The node's launcher: start its ranks (``program`` with --rank, --local-rank and
+    --world-size), wait for each in turn, exit with the worst status."""
     node_rank = int(os.environ["SLURM_NODEID"])
     world_size = int(os.environ["SLURM_NNODES"]) * PROCESSES_PER_NODE
     ranks = [
-        subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__),
+        subprocess.Popen([sys.executable, "-u", os.path.abspath(program),
                           "--rank", str(node_rank * PROCESSES_PER_NODE + local),
                           "--local-rank", str(local), "--world-size", str(world_size)])
         for local in range(PROCESSES_PER_NODE)

@@ -1,7 +1,7 @@
 """Scenario: dead_rank under a launcher of the job's own that never reaps the dead rank.
 
 One srun task per node runs this script as the node's launcher (mismatched_collectives_
-subprocess's): it starts the node's 2 ranks with `subprocess.Popen`, each told its rank on its
+subprocess's, which this script reuses): it starts the node's 2 ranks with `subprocess.Popen`, each told its rank on its
 command line, and waits for them in order. Rank 3 (node 2's second) raises FileNotFoundError
 before init_process_group and exits 1; its launcher still waits for rank 2, which waits in
 init_process_group for rank 3 with ranks 0 and 1, so rank 3 is never reaped: a zombie (state
@@ -11,24 +11,9 @@ Z), its pid still listed, nothing to dump. The traceback is in the job log.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 
-PROCESSES_PER_NODE = 2
-
-
-def launch() -> int:
-    """The node's launcher: start its ranks, wait for each in turn, exit with the worst status."""
-    node_rank = int(os.environ["SLURM_NODEID"])
-    world_size = int(os.environ["SLURM_NNODES"]) * PROCESSES_PER_NODE
-    ranks = [
-        subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__),
-                          "--rank", str(node_rank * PROCESSES_PER_NODE + local),
-                          "--world-size", str(world_size)])
-        for local in range(PROCESSES_PER_NODE)
-    ]
-    return max(rank.wait() for rank in ranks)
+from mismatched_collectives_subprocess import PROCESSES_PER_NODE, launch
 
 
 def run_rank(argv: list[str]) -> None:
@@ -38,10 +23,11 @@ def run_rank(argv: list[str]) -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--local-rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
     args = parser.parse_args(argv)
     info = harness.RankInfo(rank=args.rank, world_size=args.world_size,
-                            local_rank=args.rank % PROCESSES_PER_NODE,
+                            local_rank=args.local_rank,
                             node_rank=args.rank // PROCESSES_PER_NODE, launcher="subprocess")
     harness.setup(info)
     if info.rank == dead_rank.MISSING_SHARD_RANK:
@@ -57,4 +43,4 @@ if __name__ == "__main__":
     if len(sys.argv) > 1:
         run_rank(sys.argv[1:])
     else:
-        sys.exit(launch())
+        sys.exit(launch(__file__))
