@@ -6,7 +6,8 @@ A batch script often starts a per-node helper beside the training: as a step of 
 step's SLURM_PROCID, 0, 1, ...: the training ranks' numbers. Taken for a rank, a monitor asleep
 between two samples stood for rank 0 (the first process found was kept, the rank left out) and
 was blamed. A rank of a distributed program shows it: a torch.distributed frame in a sample, or
-the rendezvous's variables in its environment (``one_world``):
+the per-process variables a launcher sets (RANK, LOCAL_RANK, torchrun's run id) in its
+environment, or a connection to another process of its step (``one_world``):
 
 - when the ranks of two steps collide, a step showing none of these signs, beside one that shows
   them (or, none showing any, one with more processes), is set apart;
@@ -33,19 +34,35 @@ from slurmdiag.snapshot import Node, Rank, Snapshot, WorkerProcess
 from slurmdiag.vocabulary import NodeStatus
 
 NOT_A_RANK = "not a rank"
-# Set by the launchers that build a torch.distributed world (torchrun, mp.spawn scripts, the
-# hand-rolled ones), never by srun alone.
-RENDEZVOUS_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
-                  "TORCHELASTIC_RUN_ID")
+# Set for each process by the launchers that build a torch.distributed world (torchrun, the
+# hand-rolled ones), never by srun alone. Not MASTER_ADDR, MASTER_PORT or WORLD_SIZE: a batch
+# script exports those at its top, for every step it starts, its monitor's too
+# (node_monitor_exported_env).
+RANK_ENV = ("RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")
 
 
-def _distributed(rank: Rank) -> bool:
+def _distributed(rank: Rank, peers: frozenset[str] = frozenset()) -> bool:
     """The process shows it is a rank of a distributed program: a torch.distributed frame in
-    any sample (any thread), or the rendezvous's variables in its environment."""
-    if any(name in rank.env for name in RENDEZVOUS_ENV):
+    any sample (any thread), a variable its launcher set for it alone (RANK_ENV), or an open
+    connection to another process of its step (``peers``: their local endpoints; a gloo mesh,
+    the store), which a rank between two collectives still holds."""
+    if any(name in rank.env for name in RANK_ENV):
+        return True
+    own = {c.local for c in rank.connections}
+    if any(c.state == "ESTABLISHED" and c.remote in peers and c.remote not in own
+           for c in rank.connections):
         return True
     return any("/torch/distributed/" in frame.file
                for sample in rank.samples for thread in sample.threads for frame in thread.frames)
+
+
+def _endpoints(nodes: tuple[Node, ...]) -> dict[str | None, frozenset[str]]:
+    """Per step, the local endpoints of its processes' connections."""
+    found: dict[str | None, set[str]] = defaultdict(set)
+    for node in nodes:
+        for rank in node.ranks:
+            found[rank.step_id].update(c.local for c in rank.connections)
+    return {step: frozenset(ends) for step, ends in found.items()}
 
 
 def ranks_step(nodes: tuple[Node, ...]) -> tuple[str | None, tuple[str, ...]]:
@@ -54,13 +71,14 @@ def ranks_step(nodes: tuple[Node, ...]) -> tuple[str | None, tuple[str, ...]]:
     claims: dict[str, set[int]] = defaultdict(set)
     evidence: dict[str, int] = defaultdict(int)
     count: dict[str, int] = defaultdict(int)
+    peers = _endpoints(nodes)
     for node in nodes:
         for rank in node.ranks:
             if rank.rank is None or rank.step_id is None:
                 continue
             claims[rank.step_id].add(rank.rank)
             count[rank.step_id] += 1
-            evidence[rank.step_id] += _distributed(rank)
+            evidence[rank.step_id] += _distributed(rank, peers[rank.step_id])
     if len(claims) < 2:
         return None, ()
     order = sorted(claims, key=lambda s: (evidence[s], count[s]), reverse=True)
@@ -80,6 +98,7 @@ def _impostors(nodes: tuple[Node, ...], apart: set[int]) -> set[int]:
     signs and they none (a monitor the batch script started beside torchrun's workers: the
     batch step's SLURM_PROCID, 0, in the ranks' own step)."""
     claims: dict[int, list[Rank]] = defaultdict(list)
+    peers = _endpoints(nodes)
     for node in nodes:
         for rank in node.ranks:
             if rank.rank is not None and rank.pid not in apart:
@@ -87,7 +106,7 @@ def _impostors(nodes: tuple[Node, ...], apart: set[int]) -> set[int]:
     found: set[int] = set()
     for members in claims.values():
         if len(members) > 1:
-            signs = [_distributed(r) for r in members]
+            signs = [_distributed(r, peers[r.step_id]) for r in members]
             if any(signs):
                 found |= {r.pid for r, sign in zip(members, signs) if not sign}
     return found
@@ -165,12 +184,13 @@ def worlds(snapshot: Snapshot) -> tuple[tuple[str, Snapshot], ...]:
     claims: dict[tuple[str, str | None], set[int]] = defaultdict(set)
     signs: dict[tuple[str, str | None], bool] = defaultdict(bool)
     hosts: dict[tuple[str, str | None], list[str]] = defaultdict(list)
+    peers = _endpoints(snapshot.nodes)
     for node in snapshot.nodes:
         for rank in node.ranks:
             if rank.rank is not None and rank.step_id is not None:
                 key = _world_key(rank)
                 claims[key].add(rank.rank)
-                signs[key] = signs[key] or _distributed(rank)
+                signs[key] = signs[key] or _distributed(rank, peers[rank.step_id])
                 if node.name not in hosts[key]:
                     hosts[key].append(node.name)
     keys = sorted((k for k in claims if signs[k]), key=lambda k: (_step_order(k[0]), hosts[k]))

@@ -96,6 +96,13 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
         'echo "scenario ' + truth["name"] + ': job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
     ]
     nodes, per_node = truth["nodes"], truth["ntasks_per_node"]
+    if truth.get("export_rendezvous"):
+        # the batch script exports the store's address and the world's size for every step
+        # it starts, as many do at their top (the monitor inherits them too)
+        lines.append(
+            "read -r MASTER_PORT _ < <(" + shlex.quote(python) + " -c "
+            + shlex.quote("import _harness as h; print(*h.derived_ports(h.job_id()))") + ")")
+        lines.append(f"export MASTER_ADDR=127.0.0.1 MASTER_PORT WORLD_SIZE={truth['world_size']}")
     if truth.get("monitor"):
         # A per-node monitor started first and left in the background: as a step of its own
         # (--overlap: it shares the training step's CPUs, as a site's logger does), or, in a

@@ -12,7 +12,7 @@ import pytest
 from snapfactory import recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.analysis.steps import NOT_A_RANK, RENDEZVOUS_ENV, one_world, ranks_step, worlds
+from slurmdiag.analysis.steps import NOT_A_RANK, RANK_ENV, one_world, ranks_step, worlds
 from slurmdiag.snapshot import Frame, Rank, Sample, Snapshot, ThreadStack
 
 MONITOR = "_node_monitor.py"
@@ -36,12 +36,13 @@ def _map(snapshot: Snapshot, which, change) -> Snapshot:  # type: ignore[no-unty
 
 
 def _without_signs(rank: Rank) -> Rank:
-    """The rank as if it had not reached torch.distributed yet: its own frames only."""
+    """The rank as if it had not reached torch.distributed yet: its own frames only, no
+    launcher's variables, no connection to its peers."""
     samples = tuple(replace(s, threads=tuple(
         replace(t, frames=tuple(f for f in t.frames if "/torch/" not in f.file))
         for t in s.threads)) for s in rank.samples)
-    env = {k: v for k, v in rank.env.items() if k not in RENDEZVOUS_ENV}
-    return replace(rank, samples=samples, env=env)
+    env = {k: v for k, v in rank.env.items() if k not in RANK_ENV}
+    return replace(rank, samples=samples, env=env, connections=())
 
 
 @pytest.mark.parametrize("mode", ["default", "samples1"])
@@ -203,3 +204,29 @@ def test_one_rendezvous_across_nodes_is_one_world() -> None:
         replace(r, rank=(r.rank or 0) + 2, env={**r.env, "TORCHELASTIC_RUN_ID": first})
         for r in snapshot.nodes[1].ranks))))
     assert worlds(one) == ()
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_variables_a_batch_script_exports_are_no_sign_of_a_rank(mode: str) -> None:
+    # node_monitor_exported_env: MASTER_ADDR, MASTER_PORT, WORLD_SIZE exported at the batch
+    # script's top reach the monitors too; taken for signs, the monitor step was kept
+    # (missing_rank 2, 3)
+    snapshot = recorded(f"node_monitor_exported_env.{mode}")
+    monitors = [r for n in snapshot.nodes for r in n.ranks if _is_monitor(r)]
+    assert monitors and all({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE"} <= set(r.env)
+                            for r in monitors)
+    v = diagnose(snapshot).verdicts[0]
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (0,)), v
+    assert v.sites[0].endswith("rank_gated_collective.py:38")
+
+
+def test_a_rank_between_collectives_is_told_by_its_connections_to_its_peers() -> None:
+    # packed_trainings' healthy world caught outside torch.distributed, with no launcher's
+    # variables (srun): its connections to each other (gloo's mesh, the store) still say it
+    snapshot = recorded("packed_trainings.default")
+    caught = _map(snapshot, lambda r: r.step_id == "0",
+                  lambda r: replace(_without_signs(r), connections=r.connections))
+    assert [label for label, _ in worlds(caught)] == ["step 0", "step 1"]
+    # and without them it is no world: set apart beside the hung one
+    bare = _map(snapshot, lambda r: r.step_id == "0", _without_signs)
+    assert worlds(bare) == () and ranks_step(bare.nodes) == ("1", ("0",))
