@@ -41,19 +41,29 @@ NOT_A_RANK = "not a rank"
 RANK_ENV = ("RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")
 
 
-def _distributed(rank: Rank, peers: frozenset[str] = frozenset()) -> bool:
+def _distributed(rank: Rank, node: Node | None = None,
+                 peers: frozenset[str] = frozenset()) -> bool:
     """The process shows it is a rank of a distributed program: a torch.distributed frame in
     any sample (any thread), a variable its launcher set for it alone (RANK_ENV), or an open
     connection to another process of its step (``peers``: their local endpoints; a gloo mesh,
     the store), which a rank between two collectives still holds."""
     if any(name in rank.env for name in RANK_ENV):
         return True
-    own = {c.local for c in rank.connections}
-    if any(c.state == "ESTABLISHED" and c.remote in peers and c.remote not in own
-           for c in rank.connections):
-        return True
+    if node is not None:
+        own = {_endpoint(node, c.local) for c in rank.connections}
+        if any(c.state == "ESTABLISHED" and _endpoint(node, c.remote) in peers - own
+               for c in rank.connections):
+            return True
     return any("/torch/distributed/" in frame.file
                for sample in rank.samples for thread in sample.threads for frame in thread.frames)
+
+
+_LOOPBACK = ("127.", "[::1]", "localhost", "[::ffff:127.")
+
+
+def _endpoint(node: Node, address: str) -> str:
+    """An endpoint as one node sees it: a loopback address is that node's own."""
+    return f"{node.name}/{address}" if address.startswith(_LOOPBACK) else address
 
 
 def _endpoints(nodes: tuple[Node, ...]) -> dict[str | None, frozenset[str]]:
@@ -61,7 +71,7 @@ def _endpoints(nodes: tuple[Node, ...]) -> dict[str | None, frozenset[str]]:
     found: dict[str | None, set[str]] = defaultdict(set)
     for node in nodes:
         for rank in node.ranks:
-            found[rank.step_id].update(c.local for c in rank.connections)
+            found[rank.step_id].update(_endpoint(node, c.local) for c in rank.connections)
     return {step: frozenset(ends) for step, ends in found.items()}
 
 
@@ -78,7 +88,7 @@ def ranks_step(nodes: tuple[Node, ...]) -> tuple[str | None, tuple[str, ...]]:
                 continue
             claims[rank.step_id].add(rank.rank)
             count[rank.step_id] += 1
-            evidence[rank.step_id] += _distributed(rank, peers[rank.step_id])
+            evidence[rank.step_id] += _distributed(rank, node, peers[rank.step_id])
     if len(claims) < 2:
         return None, ()
     order = sorted(claims, key=lambda s: (evidence[s], count[s]), reverse=True)
@@ -93,22 +103,22 @@ def ranks_step(nodes: tuple[Node, ...]) -> tuple[str | None, tuple[str, ...]]:
     return (best, others) if others else (None, ())
 
 
-def _impostors(nodes: tuple[Node, ...], apart: set[int]) -> set[int]:
-    """Pids of processes that claim a rank another process holds, the other showing a rank's
+def _impostors(nodes: tuple[Node, ...], apart: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """(node, pid) of processes that claim a rank another process holds, the other showing a rank's
     signs and they none (a monitor the batch script started beside torchrun's workers: the
     batch step's SLURM_PROCID, 0, in the ranks' own step)."""
-    claims: dict[int, list[Rank]] = defaultdict(list)
+    claims: dict[int, list[tuple[Node, Rank]]] = defaultdict(list)
     peers = _endpoints(nodes)
     for node in nodes:
         for rank in node.ranks:
-            if rank.rank is not None and rank.pid not in apart:
-                claims[rank.rank].append(rank)
-    found: set[int] = set()
+            if rank.rank is not None and (node.name, rank.pid) not in apart:
+                claims[rank.rank].append((node, rank))
+    found: set[tuple[str, int]] = set()
     for members in claims.values():
         if len(members) > 1:
-            signs = [_distributed(r, peers[r.step_id]) for r in members]
+            signs = [_distributed(r, n, peers[r.step_id]) for n, r in members]
             if any(signs):
-                found |= {r.pid for r, sign in zip(members, signs) if not sign}
+                found |= {(n.name, r.pid) for (n, r), sign in zip(members, signs) if not sign}
     return found
 
 
@@ -123,18 +133,19 @@ def one_world(snapshot: Snapshot) -> Snapshot:
     shows no rank's signs, and any process claiming a rank held by one that does) moved to
     their nodes' other processes, their workers with them; unchanged when there are none."""
     _, others = ranks_step(snapshot.nodes)
-    apart = {r.pid for n in snapshot.nodes for r in n.ranks
+    # (node, pid): pids repeat across nodes
+    apart = {(n.name, r.pid) for n in snapshot.nodes for r in n.ranks
              if r.step_id in others and r.rank is not None}
     apart |= _impostors(snapshot.nodes, apart)
     if not apart:
         return snapshot
     nodes = []
     for node in snapshot.nodes:
-        moved = [r for r in node.ranks if r.pid in apart]
+        moved = [r for r in node.ranks if (node.name, r.pid) in apart]
         if not moved:
             nodes.append(node)
             continue
-        kept = tuple(r for r in node.ranks if r.pid not in apart)
+        kept = tuple(r for r in node.ranks if (node.name, r.pid) not in apart)
         extra = [p for r in moved for p in (_as_other(r), *r.workers)]
         nodes.append(replace(node, ranks=kept, other_processes=(*node.other_processes, *extra)))
     return replace(snapshot, nodes=tuple(nodes))
@@ -190,7 +201,7 @@ def worlds(snapshot: Snapshot) -> tuple[tuple[str, Snapshot], ...]:
             if rank.rank is not None and rank.step_id is not None:
                 key = _world_key(rank)
                 claims[key].add(rank.rank)
-                signs[key] = signs[key] or _distributed(rank, peers[rank.step_id])
+                signs[key] = signs[key] or _distributed(rank, node, peers[rank.step_id])
                 if node.name not in hosts[key]:
                     hosts[key].append(node.name)
     keys = sorted((k for k in claims if signs[k]), key=lambda k: (_step_order(k[0]), hosts[k]))

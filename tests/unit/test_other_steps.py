@@ -230,3 +230,34 @@ def test_a_rank_between_collectives_is_told_by_its_connections_to_its_peers() ->
     # and without them it is no world: set apart beside the hung one
     bare = _map(snapshot, lambda r: r.step_id == "0", _without_signs)
     assert worlds(bare) == () and ranks_step(bare.nodes) == ("1", ("0",))
+
+
+def test_a_pid_set_apart_on_one_node_leaves_the_same_pid_on_another_node_alone() -> None:
+    # pids repeat across a real cluster's nodes: node002's rank 2 given the pid of node001's
+    # monitor stays a rank
+    snapshot = recorded("node_monitor_step.default")
+    monitor = next(r for r in snapshot.nodes[0].ranks if _is_monitor(r))
+    same = _map(snapshot, lambda r: r.rank == 2 and not _is_monitor(r),
+                lambda r: replace(r, pid=monitor.pid))
+    apart = one_world(same)
+    assert 2 in {r.rank for n in apart.nodes for r in n.ranks}
+    moved = [(n.name, p.pid) for n in apart.nodes for p in n.other_processes
+             if p.role == NOT_A_RANK]
+    assert (snapshot.nodes[0].name, monitor.pid) in moved
+    assert (snapshot.nodes[1].name, monitor.pid) not in moved
+
+
+def test_a_loopback_connection_is_a_peer_on_its_own_node_only() -> None:
+    # packed_trainings' healthy world told only by connections: node-local addresses (127.0.0.1)
+    # of the same node count; moved to another node, the same addresses are another host's
+    snapshot = recorded("packed_trainings.default")
+    caught = _map(snapshot, lambda r: r.step_id == "0",
+                  lambda r: replace(_without_signs(r), connections=r.connections))
+    assert len(worlds(caught)) == 2
+    node = caught.nodes[0]
+    ours = [r for r in node.ranks if r.step_id == "0"]
+    split = replace(caught, nodes=(
+        replace(node, ranks=tuple(r for r in node.ranks if r is not ours[1])),
+        replace(node, name="node009", ranks=(ours[1],)),
+    ))
+    assert worlds(split) == ()
