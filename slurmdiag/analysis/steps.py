@@ -49,11 +49,13 @@ def _distributed(rank: Rank, node: Node | None = None,
     the store), which a rank between two collectives still holds."""
     if any(name in rank.env for name in RANK_ENV):
         return True
-    if node is not None:
+    if node is not None and peers:
         own = {_endpoint(node, c.local) for c in rank.connections}
-        if any(c.state == "ESTABLISHED" and _endpoint(node, c.remote) in peers - own
-               for c in rank.connections):
-            return True
+        for c in rank.connections:
+            if c.state == "ESTABLISHED":
+                far = _endpoint(node, c.remote)
+                if far in peers and far not in own:
+                    return True
     return any("/torch/distributed/" in frame.file
                for sample in rank.samples for thread in sample.threads for frame in thread.frames)
 
@@ -79,18 +81,20 @@ def ranks_step(nodes: tuple[Node, ...]) -> tuple[str | None, tuple[str, ...]]:
     """(the step that holds the job's ranks, the steps whose processes are none of them), or
     (None, ()) when every step's ranks are its own or nothing tells the steps apart."""
     claims: dict[str, set[int]] = defaultdict(set)
-    evidence: dict[str, int] = defaultdict(int)
     count: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        for rank in node.ranks:
+            if rank.rank is not None and rank.step_id is not None:
+                claims[rank.step_id].add(rank.rank)
+                count[rank.step_id] += 1
+    if len(claims) < 2:
+        return None, ()
+    evidence: dict[str, int] = defaultdict(int)
     peers = _endpoints(nodes)
     for node in nodes:
         for rank in node.ranks:
-            if rank.rank is None or rank.step_id is None:
-                continue
-            claims[rank.step_id].add(rank.rank)
-            count[rank.step_id] += 1
-            evidence[rank.step_id] += _distributed(rank, node, peers[rank.step_id])
-    if len(claims) < 2:
-        return None, ()
+            if rank.rank is not None and rank.step_id is not None:
+                evidence[rank.step_id] += _distributed(rank, node, peers[rank.step_id])
     order = sorted(claims, key=lambda s: (evidence[s], count[s]), reverse=True)
     best = order[0]
     # A step that shows a rank's signs is never set apart (two trainings in one job are two
@@ -108,17 +112,17 @@ def _impostors(nodes: tuple[Node, ...], apart: set[tuple[str, int]]) -> set[tupl
     signs and they none (a monitor the batch script started beside torchrun's workers: the
     batch step's SLURM_PROCID, 0, in the ranks' own step)."""
     claims: dict[int, list[tuple[Node, Rank]]] = defaultdict(list)
-    peers = _endpoints(nodes)
     for node in nodes:
         for rank in node.ranks:
             if rank.rank is not None and (node.name, rank.pid) not in apart:
                 claims[rank.rank].append((node, rank))
     found: set[tuple[str, int]] = set()
-    for members in claims.values():
-        if len(members) > 1:
-            signs = [_distributed(r, n, peers[r.step_id]) for n, r in members]
-            if any(signs):
-                found |= {(n.name, r.pid) for (n, r), sign in zip(members, signs) if not sign}
+    collisions = [members for members in claims.values() if len(members) > 1]
+    peers = _endpoints(nodes) if collisions else {}
+    for members in collisions:
+        signs = [_distributed(r, n, peers[r.step_id]) for n, r in members]
+        if any(signs):
+            found |= {(n.name, r.pid) for (n, r), sign in zip(members, signs) if not sign}
     return found
 
 
@@ -193,17 +197,23 @@ def worlds(snapshot: Snapshot) -> tuple[tuple[str, Snapshot], ...]:
     world a node). Each holds the nodes with ranks of its world, and the nodes that failed to
     report. Empty when the job holds one world (or its worlds number their ranks on)."""
     claims: dict[tuple[str, str | None], set[int]] = defaultdict(set)
-    signs: dict[tuple[str, str | None], bool] = defaultdict(bool)
     hosts: dict[tuple[str, str | None], list[str]] = defaultdict(list)
-    peers = _endpoints(snapshot.nodes)
     for node in snapshot.nodes:
         for rank in node.ranks:
             if rank.rank is not None and rank.step_id is not None:
                 key = _world_key(rank)
                 claims[key].add(rank.rank)
-                signs[key] = signs[key] or _distributed(rank, node, peers[rank.step_id])
                 if node.name not in hosts[key]:
                     hosts[key].append(node.name)
+    if len(claims) < 2:
+        return ()
+    signs: dict[tuple[str, str | None], bool] = defaultdict(bool)
+    peers = _endpoints(snapshot.nodes)
+    for node in snapshot.nodes:
+        for rank in node.ranks:
+            if rank.rank is not None and rank.step_id is not None:
+                key = _world_key(rank)
+                signs[key] = signs[key] or _distributed(rank, node, peers[rank.step_id])
     keys = sorted((k for k in claims if signs[k]), key=lambda k: (_step_order(k[0]), hosts[k]))
     if len(keys) < 2 or not any(claims[a] & claims[b] for a in keys for b in keys if a < b):
         return ()
