@@ -94,10 +94,78 @@ def _spawn_wrap_frame(threads):
     return None
 
 
+def _frames_of(threads):
+    for thread in threads or ():
+        yield from thread.get("frames") or ()
+
+
+def _distributed_frames(threads):
+    """A torch.distributed frame in any thread of a stack."""
+    return any("/torch/distributed/" in (f.get("filename") or "") for f in _frames_of(threads))
+
+
+def _bare(name):
+    """A function's name without its class (py-spy 0.4 says ``BaseProcess.join``)."""
+    return (name or "").rsplit(".", 1)[-1]
+
+
+def _joins_children(threads):
+    """A stack that waits for its multiprocessing children: ``Process.join`` (the loop of
+    PyTorch's "Writing Distributed Applications" tutorial), or multiprocessing's wait on their
+    sentinels."""
+    for frame in _frames_of(threads):
+        name, file = _bare(frame.get("name")), frame.get("filename") or ""
+        if (name == "join" and file.endswith("multiprocessing/process.py")) or (
+                name == "wait" and file.endswith("multiprocessing/connection.py")):
+            return True
+    return False
+
+
+def _process_target_frame(threads):
+    """The frame that multiprocessing's ``BaseProcess.run`` called (the Process's target), or
+    None: ``Process(target=init_process, args=(rank, size, fn))``."""
+    for thread in threads or ():
+        frames = thread.get("frames") or ()
+        for index, frame in enumerate(frames):
+            if index and _bare(frame.get("name")) == "run" and (
+                    frame.get("filename") or "").endswith("multiprocessing/process.py"):
+                return frames[index - 1]
+    return None
+
+
+def _process_ranks(entries, by_pid):
+    """Multiprocessing children (spawned, forked, or forked by a forkserver) that run
+    torch.distributed while the process that started them runs none and waits for them in
+    ``Process.join``: the ranks of PyTorch's "Writing Distributed Applications" tutorial, each
+    a ``multiprocessing.Process`` with its rank as the target's argument. A rank's helper
+    process that does distributed work of its own (an asynchronous checkpoint's) is not: its
+    rank is in a collective, or at its own work, not joining it."""
+    found = []
+    for entry in entries:
+        parent = by_pid.get(entry["rank_pid"] or -1)
+        if (entry["role"] in ("dataloader_worker", "child") and entry["samples"]
+                and parent is not None and parent["samples"]
+                and _distributed_frames(entry["samples"][0]["threads"])
+                and not _distributed_frames(parent["samples"][0]["threads"])
+                and _joins_children(parent["samples"][0]["threads"])
+                and _spawn_wrap_frame(entry["samples"][0]["threads"]) is None):
+            found.append(entry)
+    return found
+
+
 IDENTITY_LOCALS = {
     "rank": ("rank", "global_rank"),
     "world_size": ("world_size", "world"),
 }
+
+
+def _local(frame, names):
+    for item in frame.get("locals") or ():
+        if item.get("name") in names:
+            value = _as_int(item.get("repr"))
+            if value is not None:
+                return value
+    return None
 
 
 def spawn_identity(threads):
@@ -105,26 +173,22 @@ def spawn_identity(threads):
 
     ``i`` of ``_wrap`` is the process index; the rank and world size are what the user's
     function (the frame ``_wrap`` called) named ``rank``/``global_rank`` and
-    ``world_size``/``world``, when it did; a missing one is None.
+    ``world_size``/``world``, when it did; a missing one is None. A plain
+    ``multiprocessing.Process`` rank has no index: its target's locals only.
     """
     found = _spawn_wrap_frame(threads)
     out = {"local_rank": None, "rank": None, "world_size": None}
     if found is None:
+        target = _process_target_frame(threads)
+        if target is not None:
+            for key, names in IDENTITY_LOCALS.items():
+                out[key] = _local(target, names)
         return out
     frames, index = found
-
-    def local(frame, names):
-        for item in frame.get("locals") or ():
-            if item.get("name") in names:
-                value = _as_int(item.get("repr"))
-                if value is not None:
-                    return value
-        return None
-
-    out["local_rank"] = local(frames[index], ("i",))
+    out["local_rank"] = _local(frames[index], ("i",))
     if index > 0:
         for key, names in IDENTITY_LOCALS.items():
-            out[key] = local(frames[index - 1], names)
+            out[key] = _local(frames[index - 1], names)
     return out
 
 
@@ -150,16 +214,16 @@ def adopt_spawned_ranks(entries, pyspy, clock, concurrency):
     Their identity comes from one ``py-spy dump --locals`` each (see spawn_identity). When the
     user's function names no rank, it is ``parent's rank x nprocs + i``, the usual formula.
     """
+    by_pid = {e["pid"]: e for e in entries}
     spawned = [
         e
         for e in entries
         if e["role"] in ("dataloader_worker", "child")
         and e["samples"]
         and _spawn_wrap_frame(e["samples"][0]["threads"]) is not None
-    ]
+    ] + _process_ranks(entries, by_pid)
     if not spawned:
         return []
-    by_pid = {e["pid"]: e for e in entries}
     identities = run_tasks((identity_dump(pyspy, e["pid"], clock) for e in spawned), concurrency)
     parents = {}  # type: dict
     for entry, threads in zip(spawned, identities):
@@ -171,6 +235,10 @@ def adopt_spawned_ranks(entries, pyspy, clock, concurrency):
     for parent_pid, children in parents.items():
         nprocs = len(children)
         parent = by_pid.get(parent_pid) or {}
+        # A plain Process has no index: its place among its siblings, in the order they started
+        for index, entry in enumerate(sorted(children, key=lambda e: e["pid"])):
+            if entry["local_rank"] is None:
+                entry["local_rank"] = index
         for entry in children:
             if entry["rank"] is None and entry["local_rank"] is not None:
                 base = parent.get("rank") or 0

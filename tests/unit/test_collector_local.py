@@ -1038,6 +1038,77 @@ def test_spawned_children_become_ranks_and_their_script_an_agent(tmp_path: Path,
     assert by_pid[103]["rank_pid"] is None and by_pid[103]["role"] == "child"
 
 
+MP_PROCESS = REPO / "tests/fixtures/py_spy"
+
+
+def _mp_process_dump(name: str) -> list:
+    return json.loads((MP_PROCESS / f"local_pyspy0.4_json_locals_mp_process_{name}.json").read_text())
+
+
+@pytest.mark.parametrize("start", ["spawn", "fork"])
+def test_tutorial_process_ranks_become_ranks_and_their_script_an_agent(tmp_path: Path, start: str) -> None:
+    # GIVEN the srun task of node 1 (SLURM_PROCID 1 of 2) waiting in Process.join, its two
+    # multiprocessing.Process children in torch.distributed (real dumps: a spawned rank 0, a
+    # forked rank 1, the rank an argument of the target init_process(rank, size, fn)), and its
+    # resource tracker
+    parent = stacks.slim_threads(_mp_process_dump("parent"))
+    dumps = {201: "spawn_rank0", 202: "fork_rank1"}
+    role = "dataloader_worker" if start == "spawn" else "child"  # spawn_main's argv, or a fork's
+    entries = [
+        _entry(200, 1, "rank", None, parent, rank=1, world_size=2),
+        *(_entry(pid, 200, role, 200, stacks.slim_threads(_mp_process_dump(name)))
+          for pid, name in dumps.items()),
+        _entry(203, 200, "child", 200, []),  # multiprocessing's resource tracker
+    ]
+    by_pid = {e["pid"]: e for e in entries}
+    paths = {}
+    for pid, name in dumps.items():
+        paths[pid] = MP_PROCESS / f"local_pyspy0.4_json_locals_mp_process_{name}.json"
+    pyspy = _fake_pyspy(tmp_path, paths)
+    # WHEN they are adopted
+    adopted = stacks.adopt_spawned_ranks(entries, pyspy, tools.Clock(20), 2)
+    # THEN the children are ranks, their ranks the target's argument, the script an agent
+    assert [e["pid"] for e in adopted] == [201, 202]
+    assert by_pid[200]["role"] == "agent" and by_pid[200]["rank"] is None
+    assert [(by_pid[p]["role"], by_pid[p]["rank"], by_pid[p]["local_rank"]) for p in (201, 202)] \
+        == [("rank", 0, 0), ("rank", 1, 1)]
+    # (the target names the world "size", not a name kept for it: the task's 2 tasks x 2)
+    assert by_pid[201]["world_size"] == 4 and by_pid[201]["errors"] == []
+    assert by_pid[203]["role"] == "child" and by_pid[203]["rank_pid"] is None
+
+
+def test_tutorial_rank_identity_comes_from_the_process_target() -> None:
+    # GIVEN real py-spy --locals of the tutorial's ranks, spawned and forked
+    # THEN the rank is the target's (init_process's) argument; no index, no world size named so
+    assert stacks.spawn_identity(_mp_process_dump("spawn_rank0")) == {
+        "local_rank": None, "rank": 0, "world_size": None}
+    assert stacks.spawn_identity(_mp_process_dump("fork_rank1"))["rank"] == 1
+
+
+def _children_of_a_rank(parent_threads: list, child_threads: list) -> list[dict]:
+    return [_entry(300, 1, "rank", None, parent_threads, rank=0, world_size=2),
+            _entry(301, 300, "child", 300, child_threads)]
+
+
+def test_a_ranks_helper_in_torch_distributed_stays_its_helper(tmp_path: Path) -> None:
+    # GIVEN the liars: a child in torch.distributed (an asynchronous checkpoint's process
+    # group) whose parent is a rank in a collective itself, or at its own work (not joining)
+    child = stacks.slim_threads(_mp_process_dump("fork_rank1"))
+    in_collective = stacks.slim_threads(_mp_process_dump("spawn_rank0"))
+    at_work = stacks.slim_threads(json.loads(
+        (REPO / "tests/fixtures/py_spy/local_pyspy0.4_json_blocked.json").read_text()))
+    pyspy = _fake_pyspy(tmp_path, {})
+    for parent in (in_collective, at_work):
+        entries = _children_of_a_rank(parent, child)
+        # THEN nothing is adopted: the rank stays the rank, its helper its child
+        assert stacks.adopt_spawned_ranks(entries, pyspy, tools.Clock(20), 2) == []
+        assert [e["role"] for e in entries] == ["rank", "child"]
+    # AND a DataLoader worker (no torch.distributed frame) of a joining script is no rank
+    joining = stacks.slim_threads(_mp_process_dump("parent"))
+    entries = _children_of_a_rank(joining, at_work)
+    assert stacks.adopt_spawned_ranks(entries, pyspy, tools.Clock(20), 2) == []
+
+
 def test_tools_get_neither_our_source_nor_the_callers_locale(monkeypatch) -> None:
     # GIVEN the step's environment, with the collector's source in it
     import posix
