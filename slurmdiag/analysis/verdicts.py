@@ -3162,6 +3162,40 @@ def _asleep_together(everyone: list[_Status]) -> bool:
     return words == {"sleep"}
 
 
+_EXTRA_CALL_NOTE = (
+    "a collective called on a second thread takes its place in the process group's sequence "
+    "like any other: where only some ranks call it, the ranks' calls no longer pair, and "
+    "every main thread can wait at the same line"
+)
+
+
+def _extra_calls_on_threads(waiting: list[_Status]) -> list[_Status] | None:
+    """Every main thread waits in one collective, and some ranks, not all, have another
+    thread stuck in a collective elsewhere (``_side_collective``: at one place in every sample,
+    not run between them): those ranks' statuses moved to that thread, the others' kept, or
+    None. Rank 0's side thread in a barrier (publishing an evaluation, an asynchronous
+    checkpoint) while ranks 1-3 wait with rank 0's main thread in the gradient all_reduce
+    (side_thread_collective). Ranks that all have such a thread at one place say nothing of
+    who diverged: None."""
+    here = waiting[0].position
+    side = {s.rank: s.digest.side_collective for s in waiting
+            if s.digest.side_collective is not None
+            and s.digest.side_collective[1].position not in (None, here)}
+    if not side or (len(side) == len(waiting)
+                    and len({info.position for _, info in side.values()}) == 1):
+        return None
+    out = []
+    for s in waiting:
+        if s.rank not in side:
+            out.append(s)
+            continue
+        name, info = side[s.rank]
+        out.append(_Status(s.digest, "waiting", "collective", info.site, info.op, info.position,
+                           info, via=f"thread {name}; its main thread waits in {s.op} at "
+                           f"{s.site}", on_a_thread=True))
+    return out
+
+
 def _without_waiters(
     waiting: list[_Status], blocked: list[_Status], busy: list[_Status], severity: str
 ) -> list[Verdict]:
@@ -3176,6 +3210,9 @@ def _without_waiters(
         if roots is not None:
             return [_root_mismatch(waiting, *roots, severity)]
         if len({s.position for s in waiting}) == 1:
+            extra = _extra_calls_on_threads(waiting)
+            if extra is not None:
+                return [_mismatched(extra, [_EXTRA_CALL_NOTE], severity)]
             return [_all_waiting(waiting, severity, "")]
         return [_mismatched(waiting, [], severity)]
     everyone = blocked + busy
