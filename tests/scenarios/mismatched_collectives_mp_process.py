@@ -37,10 +37,10 @@ def init_process(rank: int, size: int, fn: Callable[[int, int], None]) -> None:
     fn(rank, size)
 
 
-if __name__ == "__main__":
+def main(start_method: str = "spawn") -> None:
     node_rank = int(os.environ["SLURM_NODEID"])
     size = int(os.environ["SLURM_NNODES"]) * PROCESSES_PER_NODE
-    mp.set_start_method("spawn")
+    mp.set_start_method(start_method)
     processes = []
     for local_rank in range(PROCESSES_PER_NODE):
         p = mp.Process(target=init_process,
@@ -49,3 +49,7 @@ if __name__ == "__main__":
         processes.append(p)
     for p in processes:
         p.join()
+
+
+if __name__ == "__main__":
+    main()
