@@ -105,6 +105,12 @@ NEXT_STEPS = {
         "its exit is the cause, the hang only the symptom; set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
         "so the group aborts near the failure instead of waiting for the timeout"
     ),
+    "world_size": (
+        "the ranks wait for a world larger than the job started: make the world size the "
+        "launch's (WORLD_SIZE, or world_size= from SLURM_NTASKS, or torchrun's --nnodes x "
+        "--nproc-per-node) and the job's tasks a node match the devices a node the script "
+        "counts; no rank is at fault"
+    ),
     "all_waiting": (
         "every rank waits in the same collective, so the cause is below Python: check the NIC "
         "and GPU findings, dump the Flight Recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, "
@@ -641,6 +647,26 @@ class _Layout:
     unknown: tuple[int, ...]
     failed_nodes: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    # the world the ranks asked init_process_group for, when larger than their launch's: the
+    # ranks beyond the processes started were never started
+    asked: int | None = None
+
+
+def _asked_world(proc: Rank) -> int | None:
+    """The world_size a rank gave init_process_group, read with its locals while it waits
+    there (the collector keeps that local of that frame), else None."""
+    for sample in proc.samples:
+        if not sample.groups:
+            continue
+        thread = main_thread(sample, proc.pid)
+        frames = thread.frames if thread is not None else ()
+        for index, local, text in sample.groups:
+            if (local == "world_size" and 0 <= index < len(frames) and text.isdigit()
+                    and frames[index].function.rsplit(".", 1)[-1] == "init_process_group"
+                    and frames[index].file.endswith("distributed_c10d.py")):
+                return int(text)
+        return None
+    return None
 
 
 def _expected_ranks(snapshot: Snapshot, merge: StackMerge) -> _Layout:
@@ -648,6 +674,7 @@ def _expected_ranks(snapshot: Snapshot, merge: StackMerge) -> _Layout:
     sizes = Counter(p.world_size for _, p in snapshot.all_ranks() if p.world_size)
     notes: list[str] = []
     world: int | None = None
+    asked: int | None = None
     if sizes:
         world = sizes.most_common(1)[0][0]
         if len(sizes) > 1:
@@ -661,6 +688,16 @@ def _expected_ranks(snapshot: Snapshot, merge: StackMerge) -> _Layout:
         world = snapshot.job.ntasks
     elif present:
         world = max(present) + 1  # a lower bound: every rank below the highest one exists
+    # the ranks still in init_process_group that were read with their locals, one world asked
+    calls = {_asked_world(d.proc) for d in merge.digests} - {None}
+    wanted = int(next(iter(calls)) or 0) if len(calls) == 1 else 0
+    if present and wanted > max(world or 0, max(present) + 1):
+        notes.append(
+            f"the ranks asked init_process_group for a world of {wanted} (its world_size); the "
+            f"job started {len(present)} (ranks {format_int_ranges(sorted(present))}): ranks "
+            f"{format_int_ranges(range(max(present) + 1, wanted))} were never started"
+        )
+        world = asked = wanted
     seen = {n.name for n in snapshot.nodes}
     failed = [n.name for n in snapshot.nodes if n.status != NodeStatus.OK]
     failed += [name for name in snapshot.job.nodes if name not in seen]
@@ -680,8 +717,8 @@ def _expected_ranks(snapshot: Snapshot, merge: StackMerge) -> _Layout:
             "components to see them"
         )
         return _Layout(world, (), tuple(absent), tuple(failed), tuple(notes))
-    if not failed:
-        return _Layout(world, tuple(absent), (), (), tuple(notes))
+    if not failed or asked is not None:
+        return _Layout(world, tuple(absent), (), tuple(failed), tuple(notes), asked)
     owner = _rank_owner(snapshot, world)
     missing = [r for r in absent if owner is not None and owner(r)]
     unknown = [r for r in absent if owner is None or not owner(r)]
@@ -2011,11 +2048,20 @@ def _unread(unsampled: list[_Status]) -> Verdict:
 
 
 def _missing(
-    dead: list[_Status], missing: Sequence[int], waiting: list[_Status], others: list[_Status]
+    dead: list[_Status], missing: Sequence[int], waiting: list[_Status], others: list[_Status],
+    asked: int | None = None,
 ) -> Verdict:
+    """``asked``: the world the ranks asked init_process_group for, larger than the processes
+    the job started (world_size_overcount): the missing ranks were never started."""
     culprits = sorted({s.rank for s in dead} | set(missing))
     parts = []
-    if missing:
+    if missing and asked is not None:
+        parts.append(
+            f"{_ranks_label(missing)} of the world of {asked} that the ranks asked "
+            f"init_process_group for {_verb(missing, 'has', 'have')} no process: never "
+            "started (the world size given does not match the processes the job runs)"
+        )
+    elif missing:
         parts.append(
             f"{_ranks_label(missing)} {_verb(missing, 'has', 'have')} no process "
             "(exited or crashed)"
@@ -2037,9 +2083,10 @@ def _missing(
         severity="critical",
         summary=summary,
         culprit_ranks=tuple(culprits),
-        sites=(),
+        # the call that asked for them, where the ranks wait
+        sites=_unique(s.site for s in waiting) if asked is not None else (),
         evidence=tuple(evidence),
-        next_step=NEXT_STEPS["missing_rank"],
+        next_step=NEXT_STEPS["world_size"] if asked is not None else NEXT_STEPS["missing_rank"],
     )
 
 
@@ -2628,7 +2675,7 @@ def _hang_verdicts(
     # log, which the missing-rank verdict would show). Blamed, they would hide the rank that
     # cannot exit (exit_waits_uploader).
     if dead or (layout.missing and not ended):
-        verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
+        verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy, layout.asked))
     if blocked and (waiting or dead or layout.missing or ended):
         verdicts.append(_straggler(blocked, waiting, severity))
         if ended and layout.missing:
@@ -2637,7 +2684,7 @@ def _hang_verdicts(
                     "past its program's end)")
             verdicts[-1] = _with_evidence(verdicts[-1], [gone])
             if _crashed_in_log(snapshot, layout.missing):  # ... unless the log says otherwise
-                verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy))
+                verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy, layout.asked))
     # ranks waiting for DataLoader workers that compute are never the spinners themselves
     inputs = [s for s in busy if s.kind == "input"]
     movers = [s for s in busy if s.kind in ("transfer", "storage", "child_transfer")]

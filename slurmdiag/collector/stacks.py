@@ -328,17 +328,23 @@ def group_locals(threads, pid):
     ``<torch._C._distributed_c10d.ProcessGroup at 0x..>``, a dict of them), torch's ``-100``
     (new_group's result on a non-member), and the c10d wrapper's ``args``/``kwargs`` (no
     ProcessGroup there: the call runs on the default group); and a collective's handle
-    (``<torch._C._distributed_c10d.Work at 0x..>``: a frame polling an async collective).
+    (``<torch._C._distributed_c10d.Work at 0x..>``: a frame polling an async collective); and
+    the world size and rank a rank gave ``init_process_group`` while it waits there (the world
+    it asked for, which no environment variable may say).
     """
     main = next((t for t in threads if t.get("os_thread_id") == pid), None)
     out = []
     for index, frame in enumerate((main or {}).get("frames") or ()):
-        wrapper = (frame.get("filename") or "").endswith("distributed/c10d_logger.py")
+        file = frame.get("filename") or ""
+        wrapper = file.endswith("distributed/c10d_logger.py")
+        joining = (_bare(frame.get("name")) == "init_process_group"
+                   and file.endswith("distributed/distributed_c10d.py"))
         for item in frame.get("locals") or ():
             text = str(item.get("repr") or "")
             if ("c10d.ProcessGroup at 0x" in text or text == "-100" or ": -100" in text
                     or "c10d.Work at 0x" in text
-                    or (wrapper and item.get("name") in ("args", "kwargs"))):
+                    or (wrapper and item.get("name") in ("args", "kwargs"))
+                    or (joining and item.get("name") in ("world_size", "rank"))):
                 out.append([index, item.get("name"), text[:400]])
     return out
 
