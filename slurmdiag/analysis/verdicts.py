@@ -2047,6 +2047,40 @@ def _unread(unsampled: list[_Status]) -> Verdict:
     )
 
 
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "tcsh", "csh", "fish", "env", "srun"})
+
+
+def _not_started_there(snapshot: Snapshot, verdict: Verdict) -> Verdict:
+    """A missing-rank verdict told where the job runs no Python process at all, only its
+    step's tasks (the collector's role "task"): a wrapper still in a step before python
+    (staging data, pulling a container, installing packages: staging_stalled). The ranks of
+    such a node were most likely never started; what its tasks run is named."""
+    nodes = [n for n in snapshot.nodes if n.status == NodeStatus.OK and not n.ranks
+             and any(p.role == "task" for p in n.other_processes)]
+    if not nodes or not verdict.culprit_ranks:
+        return verdict
+    lines: list[str] = []
+    places: list[str] = []
+    for node in nodes:
+        tasks = [p for p in node.other_processes if p.role == "task"]
+        doing = next((p for p in reversed(tasks)
+                      if p.cmdline and p.cmdline[0].rsplit("/", 1)[-1] not in _SHELLS), tasks[-1])
+        command = " ".join(doing.cmdline)[:120] or f"pid {doing.pid}"
+        places.append(f"{node.name} runs `{command}`")
+        lines.extend(f"{node.name}: task pid {p.pid} ({p.state or '?'}): "
+                     f"{' '.join(p.cmdline)[:160]}" for p in tasks[:6])
+    return replace(
+        verdict,
+        summary=(f"{verdict.summary.replace('no process (exited or crashed)', 'no process')}"
+                 "; no Python process runs on "
+                 f"{compress_hostlist([n.name for n in nodes])}: {', '.join(places)} in the "
+                 "job's step, its ranks most likely not started yet "
+                 "(a step before python that has not ended: staging data, a container, an "
+                 "install)"),
+        evidence=(*lines, *verdict.evidence),
+    )
+
+
 def _missing(
     dead: list[_Status], missing: Sequence[int], waiting: list[_Status], others: list[_Status],
     asked: int | None = None,
@@ -2675,7 +2709,8 @@ def _hang_verdicts(
     # log, which the missing-rank verdict would show). Blamed, they would hide the rank that
     # cannot exit (exit_waits_uploader).
     if dead or (layout.missing and not ended):
-        verdicts.append(_missing(dead, layout.missing, waiting, blocked + busy, layout.asked))
+        verdicts.append(_not_started_there(
+            snapshot, _missing(dead, layout.missing, waiting, blocked + busy, layout.asked)))
     if blocked and (waiting or dead or layout.missing or ended):
         verdicts.append(_straggler(blocked, waiting, severity))
         if ended and layout.missing:

@@ -201,7 +201,30 @@ def discover_processes(run):
     run.procs = procs
 
 
-ROLE_ORDER = {"rank": 0, "dataloader_worker": 1, "child": 1, "agent": 2}
+ROLE_ORDER = {"rank": 0, "dataloader_worker": 1, "child": 1, "agent": 2, "task": 3}
+#: The most processes of a node without ranks kept as its step's tasks (mark_tasks).
+MAX_TASKS = 12
+
+
+def mark_tasks(procs):
+    """On a node where no rank and no launcher runs, the processes of the job's steps (not the
+    batch script's, not Slurm's own) get the role "task": what the node does instead of running
+    its ranks (a wrapper still staging data, pulling a container, installing packages), its
+    ranks not yet started. The closest to the step first, at most MAX_TASKS."""
+    if any(p["role"] in ("rank", "agent") for p in procs.values()):
+        return
+    found = [p for p in procs.values()
+             if p["role"] is None and not p.get("zombie")
+             and str(p.get("step_id") or "") not in ("", "batch", "extern")
+             and p["stat"]["comm"] not in ("slurmstepd", "srun")]
+    depth = {}
+    for p in found:
+        seen, pid = 0, p["stat"]["ppid"]
+        while pid in procs and seen < 64:
+            seen, pid = seen + 1, procs[pid]["stat"]["ppid"]
+        depth[p["pid"]] = seen
+    for p in sorted(found, key=lambda p: (depth[p["pid"]], p["pid"]))[:MAX_TASKS]:
+        p["role"] = "task"
 
 
 #: The most processes ``via`` lists between a rank and its descendant (a shell that runs a shell).
@@ -222,6 +245,7 @@ def _via(procs, info):
 def describe_processes(run):
     """One entry per kept process (doc["processes"]): identity, state, the CPU window's start."""
     procs, page_kb = run.procs, run.page_kb
+    mark_tasks(procs)
     kept = [p for p in procs.values() if p["role"] is not None]
     kept.sort(
         key=lambda p: (
@@ -237,7 +261,8 @@ def describe_processes(run):
         env = info["env"]
         source = procs[info["rank_pid"]] if info["rank_pid"] else info
         role = info["role"]
-        identity = role != "agent"  # an agent's SLURM_PROCID numbers nodes, not ranks
+        # an agent's SLURM_PROCID numbers nodes, not ranks; a task is no rank (yet)
+        identity = role not in ("agent", "task")
         known = rank_identity(source)
         entry = {
             "pid": info["pid"],

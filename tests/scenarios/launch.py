@@ -337,7 +337,8 @@ class ScenarioRun:
     def wait_ready(self, timeout: float = 60.0) -> dict[int, dict[str, Any]]:
         """Wait until every rank reported and the dead ones are gone; raise with the log tail."""
         deadline = time.monotonic() + timeout
-        world_size = int(self.truth["world_size"])
+        # ranks whose process the job never starts (run_with_staging.sh) never report
+        world_size = int(self.truth["world_size"]) - len(self.truth.get("unstarted_ranks", ()))
         while True:
             records = self.rank_records()
             if len(records) == world_size and not any(

@@ -64,6 +64,8 @@ def test_truth_is_well_formed(name):
     culprits, waiting = set(truth["culprit_ranks"]), set(truth["waiting_ranks"])
     # ranks that finished and exited before the look (exit_waits_uploader): no process
     exited = set(truth.get("exited_ranks", []))
+    # ranks whose process the job never starts: culprits that cannot report ready
+    assert set(truth.get("unstarted_ranks", [])) <= culprits
     assert culprits <= ranks and waiting <= ranks and not culprits & waiting
     assert not exited & (culprits | waiting)
     if truth["expected_kind"] == "progressing":
@@ -104,7 +106,8 @@ def test_waiting_site_line_carries_the_marker(name):
 def test_every_marker_is_claimed_by_a_truth_file():
     # GIVEN all marked lines in the scenario sources
     marked = set()
-    sources = set(SCENARIO_DIR.glob("*.py"))
+    # a wrapper script's line can be the culprit (a node's staging that never ends)
+    sources = set(SCENARIO_DIR.glob("*.py")) | set(SCENARIO_DIR.glob("*.sh"))
     for name in NAMES:  # a package run with `python -m` holds its own markers
         program = REPO_ROOT / load_truth(name)["program"]
         if program.parent != SCENARIO_DIR:
