@@ -304,9 +304,26 @@ _STRACE_HINTS = {
     "pread64": "io",
     "write": "io",
 }
-_SIDE_EFFECT_RE = re.compile(
-    r"save|checkpoint|ckpt|eval|valid|log|print|report|metric|dump|export|summar", re.IGNORECASE
-)
+# A function named like a side path: a word of its name (split at "_", "." and case changes)
+# that begins like one of these; "log" only as a word of its own (log_metrics, LogWriter), not
+# the start of logits, login or log_softmax's "log" before a math word.
+_SIDE_STEMS = ("save", "checkpoint", "ckpt", "eval", "valid", "print", "report", "metric",
+               "dump", "export", "summar")
+_LOG_WORDS = frozenset({"log", "logs", "logger", "logging", "logged"})
+_MATH_AFTER_LOG = frozenset({"softmax", "sigmoid", "prob", "probs", "likelihood", "sum",
+                             "sumexp", "det", "space", "normal", "std", "var", "scale", "p"})
+_WORD_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def _named_like_a_side_path(function: str) -> bool:
+    words = [w.lower() for w in _WORD_RE.findall(function)]
+    for index, word in enumerate(words):
+        if word.startswith(_SIDE_STEMS):
+            return True
+        following = words[index + 1] if index + 1 < len(words) else ""
+        if word in _LOG_WORDS and following not in _MATH_AFTER_LOG:
+            return True
+    return False
 _LOOP_MACHINERY = (
     "torch/nn/parallel/distributed.py",
     "torch/distributed/fsdp/",
@@ -1019,7 +1036,7 @@ def _tie_signs(group: list[_Status]) -> tuple[bool, ...]:
         op in _P2P_OPS,
         op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")),
         not any(marker in file for file in files for marker in _LOOP_MACHINERY),
-        any(_SIDE_EFFECT_RE.search(f.function) for f in user),
+        any(_named_like_a_side_path(f.function) for f in user),
         any(s.rank == 0 for s in group),
     )
 

@@ -560,3 +560,17 @@ def test_watchdog_timeout_in_the_log_of_a_progressing_job_is_a_warning() -> None
         ("watchdog_timeout", "warning"),
         ("progressing", "info"),
     ]
+
+
+def test_a_side_path_is_named_by_a_word_of_the_function_not_a_substring() -> None:
+    # GIVEN the functions of rank-gated side paths and of a training loop's own frames
+    from slurmdiag.analysis.verdicts import _named_like_a_side_path
+
+    side = ["save_checkpoint", "report_nonfinite_loss", "Trainer.evaluate", "validate",
+            "_log_metrics", "LogWriter.write", "maybe_log", "publish_eval_summary", "dump_state"]
+    loop = ["compute_logits", "logit_scale", "log_softmax_loss", "invalid_batch", "fingerprint",
+            "catalog_items", "train_step", "all_reduce_gradients", "main"]
+    # THEN only the side paths count: "log" in logits or before a math word, "valid" inside
+    # "invalid", "print" inside "fingerprint" do not
+    assert [f for f in side if not _named_like_a_side_path(f)] == []
+    assert [f for f in loop if _named_like_a_side_path(f)] == []
