@@ -525,7 +525,9 @@ def _build_view(
     omitted = analysis.classes[MAX_CLASS_ROWS:]
     findings = snapshot.log_findings
     job = snapshot.job
-    title = f"slurmdiag: job {job.id}" + (f" ({job.name})" if job.name else "")
+    label = (f"{job.array_job_id}_{job.array_task_id}" if job.array_job_id and job.array_task_id
+             else job.id)
+    title = f"slurmdiag: job {label}" + (f" ({job.name})" if job.name else "")
     return ReportView(
         title=title,
         verdicts=tuple(_verdict_view(ctx, v) for v in ctx.verdicts),

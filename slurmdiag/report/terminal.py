@@ -96,7 +96,10 @@ def _painter(color: bool) -> Paint:
 
 def _header(snapshot: Snapshot, analysis: Analysis) -> str:
     job = snapshot.job
-    parts = [f"job {clean(job.id)}" + (f" ({clean(job.name)})" if job.name else "")]
+    # an array task as squeue shows it (1_0), its own job id after it: the two differ
+    label = (f"{clean(job.array_job_id)}_{clean(job.array_task_id)} (job id {clean(job.id)})"
+             if job.array_job_id and job.array_task_id else clean(job.id))
+    parts = [f"job {label}" + (f" ({clean(job.name)})" if job.name else "")]
     if job.user:
         parts.append(clean(job.user))
     parts.append(f"{len(snapshot.nodes)} node{'s' if len(snapshot.nodes) != 1 else ''}")

@@ -149,15 +149,25 @@ def select_record(ref: JobRef, jobs: list[SlurmJob]) -> SlurmJob:
                 f"job {ref} is heterogeneous with {len(components)} components",
                 hint=f"name one component: {forms}",
             )
+        # An array's id is also the job id of one of its tasks (Slurm gives the array the id
+        # of its first record, which ends as its last task): `attach 1` with tasks 1_0 and 1_1
+        # running meant the array, not task 1_1 alone.
+        tasks = [j for j in jobs if j.array_job_id == ref.base]
+        if len(tasks) > 1:
+            running = [j for j in tasks if (j.state or "").upper() == "RUNNING"]
+            if len(running) == 1:
+                return running[0]
+            named = sorted(running or tasks, key=lambda j: (len(j.array_task_id or ""),
+                                                             j.array_task_id or ""))
+            sample = ", ".join(f"{ref.base}_{j.array_task_id}" for j in named[:3])
+            alive = f", {len(running)} running" if running else ""
+            raise UsageError(
+                f"job {ref} is an array with {len(tasks)} tasks{alive}",
+                hint=f"name one task: {sample}",
+            )
         exact = [j for j in jobs if j.job_id == ref.base]
         if exact:
             return exact[0]
-        tasks = [j for j in jobs if j.array_job_id == ref.base]
-        if len(tasks) > 1:
-            sample = ", ".join(f"{ref.base}_{j.array_task_id}" for j in tasks[:3])
-            raise UsageError(
-                f"job {ref} is an array with {len(tasks)} tasks", hint=f"name one task: {sample}"
-            )
     if len(jobs) == 1:
         return jobs[0]
     raise JobNotFound(f"scontrol printed no record for job {ref}")

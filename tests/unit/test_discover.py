@@ -117,6 +117,39 @@ def test_array_task_record_is_selected_from_the_real_fixture():
     assert "COMPLETED" in info.value.message
 
 
+ARRAY_TWO = FIXTURES / "local_slurm22_array_two_tasks_running.txt"
+
+
+def _array_runner(text: str) -> FakeRunner:
+    return FakeRunner([VERSION_2205, (["scontrol", "show", "job"], (0, text, ""))])
+
+
+def test_an_array_id_that_is_also_a_tasks_job_id_names_the_array():
+    # GIVEN the real records of array 1 on the local cluster: task 1_1 is job 1 (Slurm gives
+    # the array the id of its first record, which ends as its last task), task 1_0 is job 2,
+    # both running
+    text = ARRAY_TWO.read_text()
+    # WHEN the user attaches to "1"
+    with pytest.raises(UsageError) as info:
+        discover_job(job_ref_from_user("1"), _array_runner(text))
+    # THEN it is the array, not task 1_1 alone: the running tasks are named, in order
+    assert "array with 2 tasks, 2 running" in info.value.message
+    assert info.value.hint == "name one task: 1_0, 1_1" and info.value.exit_code == 2
+    # AND a task named either way is that task
+    assert discover_job(job_ref_from_user("1_0"), _array_runner(text)).job_id == "2"
+    assert discover_job(job_ref_from_user("1_1"), _array_runner(text)).job_id == "1"
+
+
+def test_an_array_with_one_task_running_is_that_task():
+    # GIVEN the same array with task 1_1 finished: only 1_0 runs
+    lines = ARRAY_TWO.read_text().splitlines()
+    done = [line.replace("JobState=RUNNING", "JobState=COMPLETED")
+            if line.startswith("JobId=1 ") else line for line in lines]
+    job = discover_job(job_ref_from_user("1"), _array_runner("\n".join(done) + "\n"))
+    # THEN "1" is the one running task
+    assert (job.job_id, job.array_task_id) == ("2", "0")
+
+
 def test_json_is_used_on_slurm_23_02_and_later():
     # GIVEN a Slurm 25.11 whose scontrol --json gives the real slurmrestd v0.0.44 document
     text = (FIXTURES / "slurmrestd_25.11_v0044_job_running.json").read_text()

@@ -140,3 +140,13 @@ def test_the_terminal_summary_does_not_load_jinja2() -> None:
                           timeout=60, check=True)
     # THEN the HTML template engine is not loaded (it comes with the first rendered page)
     assert done.stdout.strip() == "False"
+
+
+def test_an_array_task_is_named_as_squeue_shows_it() -> None:
+    # GIVEN an array task whose job id (2) is not its array form (1_0)
+    snapshot = rank_gated_job(JobShape())
+    snapshot = dataclasses.replace(snapshot, job=dataclasses.replace(
+        snapshot.job, id="2", array_job_id="1", array_task_id="0"))
+    # THEN the header names the task as 1_0, its job id after it
+    header = format_summary(snapshot, pinned(snapshot), color=False)[0]
+    assert header.startswith("slurmdiag: job 1_0 (job id 2)")
