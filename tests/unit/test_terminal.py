@@ -148,5 +148,5 @@ def test_an_array_task_is_named_as_squeue_shows_it() -> None:
     snapshot = dataclasses.replace(snapshot, job=dataclasses.replace(
         snapshot.job, id="2", array_job_id="1", array_task_id="0"))
     # THEN the header names the task as 1_0, its job id after it
-    header = format_summary(snapshot, pinned(snapshot), color=False)[0]
+    header = format_summary(snapshot, pinned(snapshot), color=False, report_path=None)[0]
     assert header.startswith("slurmdiag: job 1_0 (job id 2)")
