@@ -129,8 +129,10 @@ def _raise_for_scontrol_failure(ref: JobRef, result: CommandResult) -> None:
     raise SlurmUnavailable(f"scontrol failed (exit {result.returncode}): {last[:300]}")
 
 
-def select_record(ref: JobRef, jobs: list[SlurmJob]) -> SlurmJob:
-    """Pick the record the user means among what scontrol printed for ``ref``."""
+def select_record(ref: JobRef, jobs: list[SlurmJob], *, raw_id: bool = False) -> SlurmJob:
+    """Pick the record the user means among what scontrol printed for ``ref``. ``raw_id``: the
+    id is a job id as squeue's %A prints it (the watchdog's), so the record with that very job
+    id is meant, even where it is also its array's id."""
     if not jobs:
         raise JobNotFound(f"job {ref} is not known to Slurm")
     if ref.array_task is not None:
@@ -153,6 +155,9 @@ def select_record(ref: JobRef, jobs: list[SlurmJob]) -> SlurmJob:
         # of its first record, which ends as its last task): `attach 1` with tasks 1_0 and 1_1
         # running meant the array, not task 1_1 alone.
         tasks = [j for j in jobs if j.array_job_id == ref.base]
+        exact = [j for j in jobs if j.job_id == ref.base]
+        if raw_id and exact:
+            return exact[0]
         if len(tasks) > 1:
             running = [j for j in tasks if (j.state or "").upper() == "RUNNING"]
             if len(running) == 1:
@@ -165,7 +170,6 @@ def select_record(ref: JobRef, jobs: list[SlurmJob]) -> SlurmJob:
                 f"job {ref} is an array with {len(tasks)} tasks{alive}",
                 hint=f"name one task: {sample}",
             )
-        exact = [j for j in jobs if j.job_id == ref.base]
         if exact:
             return exact[0]
     if len(jobs) == 1:
@@ -301,8 +305,9 @@ def _jobs_from_squeue_json(ref: JobRef, runner: Runner, forged: ForgedJobRecord)
     )
 
 
-def discover_job(ref: JobRef, runner: Runner = run_command) -> SlurmJob:
-    """Ask Slurm about ``ref`` (JSON on 23.02+, text otherwise) and check it can be attached to."""
+def discover_job(ref: JobRef, runner: Runner = run_command, *, raw_id: bool = False) -> SlurmJob:
+    """Ask Slurm about ``ref`` (JSON on 23.02+, text otherwise) and check it can be attached to.
+    ``raw_id``: see select_record."""
     check_slurm_conf()
     version = slurm_version(runner)
     jobs: list[SlurmJob] | None = None
@@ -321,6 +326,6 @@ def discover_job(ref: JobRef, runner: Runner = run_command) -> SlurmJob:
             jobs = parse_scontrol_job(result.stdout)
         except ForgedJobRecord as forged:
             jobs = _jobs_from_squeue_json(ref, runner, forged)
-    job = select_record(ref, jobs)
+    job = select_record(ref, jobs, raw_id=raw_id)
     check_attachable(job, ref)
     return job

@@ -93,6 +93,14 @@ def _default_runner(argv: Sequence[str], timeout: float, **kwargs: Any) -> Any:
     return run_command(argv, timeout, **kwargs)
 
 
+def attach_name(job: SlurmJob) -> str:
+    """The name attach is given for a running job: an array task as ``A_T`` (its own job id
+    can also be its array's, which names the whole array), any other job by its id."""
+    if job.array_job_id and job.array_task_id and job.array_task_id.isdigit():
+        return f"{job.array_job_id}_{job.array_task_id}"
+    return job.job_id
+
+
 def _default_attach(job_id: str, options: AttachOptions, *, out_dir: Path | None = None
                     ) -> Snapshot:
     from slurmdiag.api import attach_job
@@ -565,7 +573,8 @@ class Watchdog:
             try:
                 from slurmdiag.slurm.discover import discover_job
 
-                paths = output_paths(discover_job(parse_job_id(job.job_id), self._runner))
+                paths = output_paths(discover_job(parse_job_id(job.job_id), self._runner,
+                                                  raw_id=True))
             except (SlurmdiagError, ValueError):
                 paths = []
         return stat_outputs(paths)
@@ -575,7 +584,7 @@ class Watchdog:
         from slurmdiag.slurm.discover import discover_job
 
         try:
-            discover_job(parse_job_id(job_id), self._runner)
+            discover_job(parse_job_id(job_id), self._runner, raw_id=True)
         except (JobNotRunning, JobNotFound):
             return True
         except (SlurmdiagError, ValueError):
@@ -916,7 +925,7 @@ class _Pass:
         """(snapshot, None) or (None, why); a failure starting with "ended" means the job is gone."""
         began = time.monotonic()
         try:
-            return self.dog._attach(job.job_id, options, out_dir=out_dir), None
+            return self.dog._attach(attach_name(job), options, out_dir=out_dir), None
         except (JobNotRunning, JobNotFound) as exc:
             return None, f"ended meanwhile: {exc.message}"
         except SlurmdiagError as exc:

@@ -140,6 +140,25 @@ def test_an_array_id_that_is_also_a_tasks_job_id_names_the_array():
     assert discover_job(job_ref_from_user("1_1"), _array_runner(text)).job_id == "1"
 
 
+def test_a_raw_job_id_is_that_job_even_where_it_is_its_arrays_id():
+    # GIVEN the same records, and the job id as squeue's %A prints it (the watchdog's)
+    from slurmdiag.slurm.parse import parse_job_id
+
+    job = discover_job(parse_job_id("1"), _array_runner(ARRAY_TWO.read_text()), raw_id=True)
+    # THEN it is task 1_1, job 1 itself
+    assert (job.job_id, job.array_task_id) == ("1", "1")
+
+
+def test_the_watchdog_attaches_to_an_array_task_by_its_array_form():
+    # GIVEN the running tasks as scontrol (or squeue) gives them
+    from slurmdiag.slurm.parse import parse_scontrol_job
+    from slurmdiag.watch.watchdog import attach_name
+
+    jobs = parse_scontrol_job(ARRAY_TWO.read_text())
+    # THEN each is attached to as squeue shows it, never by the id its array shares
+    assert sorted(attach_name(j) for j in jobs) == ["1_0", "1_1"]
+
+
 def test_an_array_with_one_task_running_is_that_task():
     # GIVEN the same array with task 1_1 finished: only 1_0 runs
     lines = ARRAY_TWO.read_text().splitlines()
