@@ -2163,6 +2163,24 @@ def _launchers_in_rendezvous(snapshot: Snapshot) -> list[tuple[str, WorkerProces
     return found
 
 
+_NNODES_RE = re.compile(r"^--nnodes(?:=(.*))?$")
+
+
+def _nnodes(cmdline: Sequence[str]) -> tuple[int, str] | None:
+    """(the fewest nodes a torchrun-style agent's rendezvous waits for, as given) from its
+    ``--nnodes N``, ``--nnodes=N`` or ``--nnodes=MIN:MAX``; None without one."""
+    for index, arg in enumerate(cmdline):
+        found = _NNODES_RE.match(arg)
+        if found is None:
+            continue
+        given = found.group(1)
+        if given is None:
+            given = cmdline[index + 1] if index + 1 < len(cmdline) else ""
+        low = given.split(":", 1)[0]
+        return (int(low), given) if low.isdigit() else None
+    return None
+
+
 def _launchers_waiting(
     snapshot: Snapshot, waiting: list[tuple[str, WorkerProcess, Frame]]
 ) -> Verdict:
@@ -2174,12 +2192,20 @@ def _launchers_waiting(
     ]
     if silent:
         evidence.append(f"no launcher in a rendezvous on {compress_hostlist(silent)}")
+    why = "for nodes that never join"
+    asked = {_nnodes(proc.cmdline) for _, proc, _ in waiting}
+    job_nodes = len(snapshot.job.nodes) or len(snapshot.nodes)
+    if len(asked) == 1 and None not in asked:
+        fewest, given = next(iter(asked))  # type: ignore[misc]
+        if fewest > job_nodes:
+            why = (f"for {fewest} nodes (their --nnodes={given}) in a job of {job_nodes}: "
+                   f"{fewest - job_nodes} of them can never join")
     return Verdict(
         kind=VerdictKind.NO_RANKS,
         severity="critical",
         summary=(
             f"no rank has started: the launchers on {compress_hostlist(nodes)} wait in their "
-            f"rendezvous ({frame.function} at {frame.file}:{frame.line}) for nodes that never join"
+            f"rendezvous ({frame.function} at {frame.file}:{frame.line}) {why}"
         ),
         culprit_ranks=(),
         sites=(f"{frame.file}:{frame.line}",),
