@@ -90,6 +90,42 @@ def _mark_argv_ranks(procs):
         if len(members) + dead.get(parent, 0) >= 2 and distinct:
             for info, found in members:
                 info["argv"] = found
+    _mark_env_ranks(procs, dead)
+
+
+def _mark_env_ranks(procs, dead):
+    """Python children of one launcher (one or two threads) that it started with LOCAL_RANK in
+    their environment, distinct between them, and no RANK: ranks of a home-grown launcher
+    (``Popen([python, "train.py"], env={..., "LOCAL_RANK": i})``), which inherit its task's
+    SLURM_PROCID. Their identity (``argv``): the launcher's task x the children + LOCAL_RANK,
+    inferred and said so (``inferred``). A fork or a multiprocessing child inherits its parent's
+    environment, its LOCAL_RANK the same: not such a child."""
+    groups = {}  # type: dict
+    for info in procs.values():
+        parent = procs.get(info["stat"]["ppid"])
+        local = _as_int(info["env"].get("LOCAL_RANK"))
+        if (info.get("argv") is None and not info.get("zombie") and parent is not None
+                and local is not None and local >= 0 and "RANK" not in info["env"]
+                and info["env"].get("LOCAL_RANK") != parent["env"].get("LOCAL_RANK")
+                and _is_python(info) and not _looks_multiprocessing(info)):
+            groups.setdefault(parent["pid"], []).append((info, local))
+    for parent_pid, members in groups.items():
+        parent = procs[parent_pid]
+        locals_ = {local for _, local in members}
+        count = len(members) + dead.get(parent_pid, 0)
+        task = _as_int(parent["env"].get("SLURM_PROCID"))
+        tasks = _as_int(parent["env"].get("SLURM_NTASKS"))
+        if (parent["stat"]["num_threads"] > 2 or count < 2 or len(locals_) != len(members)
+                or task is None):
+            continue
+        for info, local in members:
+            rank = task * count + local
+            info["argv"] = {"rank": rank, "local_rank": local}
+            if tasks is not None:
+                info["argv"]["world_size"] = tasks * count
+            info["inferred"] = (
+                f"rank {rank} inferred as its launcher's task ({task}) x {count} processes + "
+                f"its LOCAL_RANK ({local}): no RANK in its environment")
 
 
 def identity(info):
@@ -526,7 +562,7 @@ def _classify_once(procs, launchers):
                 or _looks_multiprocessing(info)
                 or info["cmdline"] == rank["cmdline"]
                 or not _is_python(info)
-            ) and not _wrapped_by(rank, info, procs):
+            ) and not _wrapped_by(rank, info, procs) and not info.get("argv"):
                 info["rank_pid"] = rank["pid"]
                 info["role"] = "dataloader_worker" if _looks_multiprocessing(info) else "child"
                 continue

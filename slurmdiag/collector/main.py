@@ -300,6 +300,8 @@ def describe_processes(run):
             run.child_io[info["pid"]] = _io_counters(f"/proc/{info['pid']}/io")
         if info["rank_pid"]:
             entry["via"] = _via(procs, info)
+        if info.get("inferred") and role == "rank":
+            entry["errors"].append(info["inferred"])
         entries.append(entry)
         if role != "rank" and not _is_python(info):
             unsampled.add(info["pid"])

@@ -1564,3 +1564,49 @@ def test_a_torn_pyspy_read_is_read_once_more(tmp_path: Path, failures: int, mess
         assert sample["note"].startswith("read twice: the first read was torn (Error: Failed")
     else:
         assert sample["threads"] is None and message.split(" Caused")[0] in sample["error"]
+
+
+def _launched(threads: int, children: list[dict[str, str]], same_cmdline: bool = True) -> dict:
+    """A node's srun task (SLURM_PROCID 1 of 2) with ``threads`` threads, and its Python
+    children, each with the task's environment plus its own extra variables."""
+    task_env = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "1", "SLURM_NTASKS": "2",
+                "SLURM_LOCALID": "0"}
+    script = ["/usr/bin/python3", "-u", "/job/train.py"]
+    procs = {100: _info(100, 1, script, task_env)}
+    procs[100]["stat"]["num_threads"] = threads
+    for index, extra in enumerate(children):
+        cmd = script if same_cmdline else [*script[:2], "/job/worker.py"]
+        procs[101 + index] = _info(101 + index, 100, cmd, {**task_env, **extra})
+        procs[101 + index]["stat"]["num_threads"] = 9
+    return procs
+
+
+def test_a_launchers_children_told_apart_by_local_rank_alone_are_ranks() -> None:
+    # GIVEN a one-thread launcher that started the same script twice with LOCAL_RANK 0 and 1
+    # in the environment (no RANK: each computes its rank), as Popen(..., env=...) does
+    procs = _launched(1, [{"LOCAL_RANK": "0"}, {"LOCAL_RANK": "1"}])
+    discovery.classify(procs)
+    # THEN the children are ranks 2 and 3 (task 1 x 2 + LOCAL_RANK, said inferred), the
+    # launcher their agent
+    assert procs[100]["role"] == "agent"
+    assert [(procs[p]["role"], discovery.identity(procs[p])) for p in (101, 102)] == [
+        ("rank", ("2", "0", "4")), ("rank", ("3", "1", "4"))]
+    assert "inferred" in procs[101]["inferred"] and "LOCAL_RANK (0)" in procs[101]["inferred"]
+
+
+@pytest.mark.parametrize("case", ["torch rank parent", "forked workers", "rank given", "one child"])
+def test_children_with_a_local_rank_of_their_own_that_are_not_a_launchers_ranks(case: str) -> None:
+    # GIVEN the liars: a rank (many threads) running two helpers with LOCAL_RANK given; forks
+    # that inherit the task's LOCAL_RANK; children given RANK too (read from it as before);
+    # a single child
+    procs = {
+        "torch rank parent": lambda: _launched(12, [{"LOCAL_RANK": "0"}, {"LOCAL_RANK": "1"}],
+                                               same_cmdline=False),
+        "forked workers": lambda: _launched(1, [{}, {}]),
+        "rank given": lambda: _launched(1, [{"LOCAL_RANK": "0", "RANK": "6"},
+                                            {"LOCAL_RANK": "1", "RANK": "7"}]),
+        "one child": lambda: _launched(1, [{"LOCAL_RANK": "1"}]),
+    }[case]()
+    discovery.classify(procs)
+    # THEN no identity is inferred from LOCAL_RANK
+    assert not any(p.get("inferred") for p in procs.values())
