@@ -324,6 +324,8 @@ def _named_like_a_side_path(function: str) -> bool:
         if word in _LOG_WORDS and following not in _MATH_AFTER_LOG:
             return True
     return False
+
+
 _LOOP_MACHINERY = (
     "torch/nn/parallel/distributed.py",
     "torch/distributed/fsdp/",
@@ -672,17 +674,12 @@ class _Layout:
 def _asked_world(proc: Rank) -> int | None:
     """The world_size a rank gave init_process_group, read with its locals while it waits
     there (the collector keeps that local of that frame), else None."""
-    for sample in proc.samples:
-        if not sample.groups:
-            continue
-        thread = main_thread(sample, proc.pid)
-        frames = thread.frames if thread is not None else ()
-        for index, local, text in sample.groups:
-            if (local == "world_size" and 0 <= index < len(frames) and text.isdigit()
-                    and frames[index].function.rsplit(".", 1)[-1] == "init_process_group"
-                    and frames[index].file.endswith("distributed_c10d.py")):
-                return int(text)
-        return None
+    sample, frames = _locals_sample(proc)
+    for index, local, text in sample.groups if sample is not None else ():
+        if (local == "world_size" and 0 <= index < len(frames) and text.isdigit()
+                and frames[index].function.rsplit(".", 1)[-1] == "init_process_group"
+                and frames[index].file.endswith("distributed_c10d.py")):
+            return int(text)
     return None
 
 
@@ -734,12 +731,12 @@ def _expected_ranks(snapshot: Snapshot, merge: StackMerge) -> _Layout:
             "components to see them"
         )
         return _Layout(world, (), tuple(absent), tuple(failed), tuple(notes))
-    if not failed or asked is not None:
-        return _Layout(world, tuple(absent), (), tuple(failed), tuple(notes), asked)
+    if not failed:
+        return _Layout(world, tuple(absent), (), (), tuple(notes), asked)
     owner = _rank_owner(snapshot, world)
     missing = [r for r in absent if owner is not None and owner(r)]
     unknown = [r for r in absent if owner is None or not owner(r)]
-    return _Layout(world, tuple(missing), tuple(unknown), tuple(failed), tuple(notes))
+    return _Layout(world, tuple(missing), tuple(unknown), tuple(failed), tuple(notes), asked)
 
 
 def _rank_owner(snapshot: Snapshot, world: int):  # type: ignore[no-untyped-def]
@@ -2195,11 +2192,10 @@ def _launchers_waiting(
     why = "for nodes that never join"
     asked = {_nnodes(proc.cmdline) for _, proc, _ in waiting}
     job_nodes = len(snapshot.job.nodes) or len(snapshot.nodes)
-    if len(asked) == 1 and None not in asked:
-        fewest, given = next(iter(asked))  # type: ignore[misc]
-        if fewest > job_nodes:
-            why = (f"for {fewest} nodes (their --nnodes={given}) in a job of {job_nodes}: "
-                   f"{fewest - job_nodes} of them can never join")
+    only = next(iter(asked)) if len(asked) == 1 else None  # every agent the same --nnodes
+    if only is not None and only[0] > job_nodes:
+        why = (f"for {only[0]} nodes (their --nnodes={only[1]}) in a job of {job_nodes}: "
+               f"{only[0] - job_nodes} of them can never join")
     return Verdict(
         kind=VerdictKind.NO_RANKS,
         severity="critical",
@@ -3148,13 +3144,17 @@ def _sleep_function(s: _Status) -> str | None:
     return function_site(top) if top is not None else None
 
 
-def _groups_sample(s: _Status) -> tuple[Sample | None, tuple[Frame, ...]]:
+def _locals_sample(proc: Rank) -> tuple[Sample | None, tuple[Frame, ...]]:
     """The rank's sample read with --locals (the first round's) and its main thread's frames."""
-    for sample in s.digest.proc.samples:
+    for sample in proc.samples:
         if sample.groups:
-            thread = main_thread(sample, s.digest.proc.pid)
+            thread = main_thread(sample, proc.pid)
             return sample, thread.frames if thread is not None else ()
     return None, ()
+
+
+def _groups_sample(s: _Status) -> tuple[Sample | None, tuple[Frame, ...]]:
+    return _locals_sample(s.digest.proc)
 
 
 def _with_groups(statuses: list[_Status], world: int | None) -> tuple[list[_Status], list[str]]:

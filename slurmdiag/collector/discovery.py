@@ -73,12 +73,10 @@ def _mark_argv_ranks(procs):
     waited for it leaves one live sibling. A single child given a rank (an evaluation
     script run by rank 0 with --rank 0), or helpers a rank starts numbered so, are not."""
     groups = {}  # type: dict
-    dead = {}  # type: dict
+    dead = _dead_python_children(procs)
     for info in procs.values():
         info["argv"] = None
         if info.get("zombie"):  # a Python child that exited, its command line gone
-            if info["stat"]["comm"].startswith("python"):
-                dead[info["stat"]["ppid"]] = dead.get(info["stat"]["ppid"], 0) + 1
             continue
         found = argv_identity(info["cmdline"])
         if "rank" in found and _is_python(info):
@@ -90,10 +88,18 @@ def _mark_argv_ranks(procs):
         if len(members) + dead.get(parent, 0) >= 2 and distinct:
             for info, found in members:
                 info["argv"] = found
-    _mark_env_ranks(procs, dead)
 
 
-def _mark_env_ranks(procs, dead):
+def _dead_python_children(procs):
+    """{parent pid: its Python children that exited unreaped (zombies its stepd listed)}."""
+    dead = {}  # type: dict
+    for info in procs.values():
+        if info.get("zombie") and info["stat"]["comm"].startswith("python"):
+            dead[info["stat"]["ppid"]] = dead.get(info["stat"]["ppid"], 0) + 1
+    return dead
+
+
+def _mark_env_ranks(procs):
     """Python children of one launcher (one or two threads) that it started with LOCAL_RANK in
     their environment, distinct between them, and no RANK: ranks of a home-grown launcher
     (``Popen([python, "train.py"], env={..., "LOCAL_RANK": i})``), which inherit its task's
@@ -101,6 +107,7 @@ def _mark_env_ranks(procs, dead):
     inferred and said so (``inferred``). A fork or a multiprocessing child inherits its parent's
     environment, its LOCAL_RANK the same: not such a child."""
     groups = {}  # type: dict
+    dead = _dead_python_children(procs)
     for info in procs.values():
         parent = procs.get(info["stat"]["ppid"])
         local = _as_int(info["env"].get("LOCAL_RANK"))
@@ -507,6 +514,7 @@ def classify(procs):
     """
     launchers = set()  # type: set
     _mark_argv_ranks(procs)
+    _mark_env_ranks(procs)  # after the flags: a child they identify keeps their identity
     for _ in range(4):
         _classify_once(procs, launchers)
         found = set()
