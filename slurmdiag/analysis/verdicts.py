@@ -2068,7 +2068,9 @@ def _not_started_there(snapshot: Snapshot, verdict: Verdict) -> Verdict:
     """A missing-rank verdict told where the job runs no Python process at all, only its
     step's tasks (the collector's role "task"): a wrapper still in a step before python
     (staging data, pulling a container, installing packages: staging_stalled). The ranks of
-    such a node were most likely never started; what its tasks run is named."""
+    such a node were most likely never started; what its tasks run is named. Unless the job's
+    log says they crashed (a traceback, an exit code): then the wrapper is in a step after
+    python (archiving the logs of a failed run: wrapper_upload_after_crash)."""
     nodes = [n for n in snapshot.nodes if n.status == NodeStatus.OK and not n.ranks
              and any(p.role == "task" for p in n.other_processes)]
     if not nodes or not verdict.culprit_ranks:
@@ -2083,16 +2085,17 @@ def _not_started_there(snapshot: Snapshot, verdict: Verdict) -> Verdict:
         places.append(f"{node.name} runs `{command}`")
         lines.extend(f"{node.name}: task pid {p.pid} ({p.state or '?'}): "
                      f"{' '.join(p.cmdline)[:160]}" for p in tasks[:6])
-    return replace(
-        verdict,
-        summary=(f"{verdict.summary.replace('no process (exited or crashed)', 'no process')}"
-                 "; no Python process runs on "
-                 f"{compress_hostlist([n.name for n in nodes])}: {', '.join(places)} in the "
-                 "job's step, its ranks most likely not started yet "
-                 "(a step before python that has not ended: staging data, a container, an "
-                 "install)"),
-        evidence=(*lines, *verdict.evidence),
-    )
+    where = (f"no Python process runs on {compress_hostlist([n.name for n in nodes])}: "
+             f"{', '.join(places)} in the job's step")
+    if _crashed_in_log(snapshot, verdict.culprit_ranks):
+        summary = (f"{verdict.summary}; {where}, after its ranks ended (the job's log holds "
+                   "their crash: a step of their wrapper after python, archiving logs or "
+                   "cleaning up, keeps the task alive, so srun never sees it end)")
+    else:
+        summary = (f"{verdict.summary.replace('no process (exited or crashed)', 'no process')}"
+                   f"; {where}, its ranks most likely not started yet (a step before python "
+                   "that has not ended: staging data, a container, an install)")
+    return replace(verdict, summary=summary, evidence=(*lines, *verdict.evidence))
 
 
 def _missing(

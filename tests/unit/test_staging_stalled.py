@@ -25,6 +25,25 @@ def test_a_node_without_ranks_says_what_its_tasks_run() -> None:
                for line in verdict.evidence)
 
 
+def test_a_wrapper_that_outlives_its_crashed_ranks_is_not_read_as_staging() -> None:
+    # GIVEN the liar of the reading above, recorded (wrapper_upload_after_crash): node002's
+    # ranks raised before init_process_group (their tracebacks in the job's output) and their
+    # wrappers copy logs to a slow archive, so node002 again holds only bash and a sleep
+    verdict = diagnose(recorded("wrapper_upload_after_crash.default")).verdicts[0]
+    # THEN ranks 2-3 are missing, named as crashed, not as never started, and what node002
+    # runs is still named
+    assert verdict.kind == "missing_rank" and verdict.culprit_ranks == (2, 3)
+    assert "not started" not in verdict.summary
+    assert "after its ranks ended (the job's log holds their crash" in verdict.summary
+    assert "node002 runs `sleep 3600`" in verdict.summary
+    assert any("FileNotFoundError" in line for line in verdict.evidence)
+    # AND without the tracebacks in the log, the same look reads as staging
+    quiet = recorded("wrapper_upload_after_crash.default")
+    quiet = replace(quiet, log_findings=tuple(
+        f for f in quiet.log_findings if f.kind not in ("traceback", "task_exit")))
+    assert "not started" in diagnose(quiet).verdicts[0].summary
+
+
 def test_a_node_without_tasks_keeps_the_missing_rank_reading() -> None:
     # GIVEN the liar: the same look with node002 holding nothing at all (its ranks gone)
     snapshot = recorded("staging_stalled.default")
