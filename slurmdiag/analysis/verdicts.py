@@ -170,6 +170,12 @@ STRAGGLER_STEPS = {
         "release it, ctypes.PyDLL): `py-spy dump --native --pid PID` shows its C frames; release "
         "the GIL around the call, give it a timeout, or move it to a process"
     ),
+    "queue_full": (
+        "nothing takes from the queue the rank puts into: find its consumer (the thread or "
+        "process that gets from it; py-spy dump --locals): it died (a thread's traceback is in "
+        "the job's stderr) or it stalls; give put() a timeout, or stop the producer when the "
+        "consumer dies"
+    ),
     "data_loading": (
         "look at this rank's DataLoader workers (py-spy dump their pids; a dead or deadlocked "
         "worker stalls the queue), reproduce with num_workers=0, and make every rank see the "
@@ -805,6 +811,8 @@ def _where(s: _Status) -> str:
             return f"in its thread {s.via}"
         if _waits_for_thread(s):
             phrase = "waiting for another thread"  # named by _waits_on_thread
+        elif _full_queue(s):
+            phrase = "blocked putting into a full queue (Queue.put)"
         elif _in_event_loop(s) and s.site:
             return (f"{phrase} in an asyncio event loop started at {s.site} (the coroutine it "
                     "awaits is on no thread's stack)")
@@ -973,6 +981,20 @@ def _joins_a_thread(s: _Status) -> bool:
     top = next((f for f in s.info.frames if not f.native), None)
     return top is not None and top.file.endswith("threading.py") and top.function in (
         "Thread.join", "Thread._wait_for_tstate_lock", "join", "_wait_for_tstate_lock")
+
+
+def _full_queue(s: _Status) -> bool:
+    """The main thread is parked in a queue's put (queue.Queue, multiprocessing's): the queue
+    is full and nothing takes from it (fsdp_grad_hook_blocked: the consumer thread died)."""
+    if s.kind != "lock" or s.info is None:
+        return False
+    for frame in s.info.frames:
+        if frame is s.info.top_user_frame:
+            return False
+        name = frame.function.rsplit(".", 1)[-1]
+        if name == "put" and frame.file.endswith(("/queue.py", "/multiprocessing/queues.py")):
+            return True
+    return False
 
 
 def _waits_for_thread(s: _Status) -> bool:
@@ -1360,6 +1382,8 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         step = "exit"
         if any(_feeder_stuck(s) for s in blocked):
             step = "queue_feeder"
+    if step == "lock" and any(_full_queue(s) for s in blocked):
+        step = "queue_full"
     if main_kind == "stopped" and any(_traced(s) for s in blocked):
         step = "traced"
     if main_kind == "io" and any(_connects(s.digest.proc) for s in blocked):
