@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from slurmdiag.options import AttachOptions
+from slurmdiag.transport.framing import DocumentSink
 from slurmdiag.transport.run import CommandResult, run_command
 
 #: progress(answered, expected): called as each node's document arrives (the live line).
@@ -64,6 +65,7 @@ class Transport(Protocol):
         het_group: tuple[str, int] | None = None,
         progress: Progress | None = None,
         on_started: Callable[[], None] | None = None,
+        on_document: DocumentSink | None = None,
     ) -> FanoutResult:
         """Run the collector once on each node, within ``options.timeout_s``.
 
@@ -84,6 +86,12 @@ class Transport(Protocol):
                 way (srun spawned, ssh connections begun): the caller starts its own work then,
                 not before, so that it does not compete with the fan-out's start for the GIL.
                 Not called when the fan-out could not start at all.
+            on_document: called with ``(node, document)`` as soon as a node's document is
+                whole and decoded, while the other nodes still work (the caller turns it into
+                the snapshot's node then, off the serial tail); the same dict object is the
+                node's ``NodeOutcome.document`` if it is the one kept. The srun transport calls
+                it from the calling thread; a transport may not call it at all. It must not
+                raise.
 
         Returns:
             A ``FanoutResult`` whose ``nodes`` maps every name of ``nodes`` to a

@@ -20,6 +20,7 @@ import binascii
 import json
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,13 +91,19 @@ def decode_frames(text: str) -> FrameResult:
     return reader.result()
 
 
+#: on_document(node, document): a node's document, as soon as it is whole and decoded.
+DocumentSink = Callable[[str, dict[str, Any]], None]
+
+
 class FrameReader:
     """decode_frames as the output arrives, a line at a time: a node's document is checked and
     decoded once its last chunk is in (zlib and JSON, ~1 ms a node), while the other nodes are
     still at work, not all at once after the step ends. ``result()`` is decode_frames' answer
-    for every line added (a decoded group changed afterwards is decoded again there)."""
+    for every line added (a decoded group changed afterwards is decoded again there).
+    ``on_document(node, document)`` is told of each document as soon as it is decoded."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_document: DocumentSink | None = None) -> None:
+        self.on_document = on_document
         self.hello: dict[str, int] = {}
         self.noise: list[str] = []
         self.chars = 0  # of the output read through ``feed``: each line with its newline
@@ -160,7 +167,11 @@ class FrameReader:
         if len(group.chunks) < group.total or group.total > MAX_CHUNKS:
             return None
         answer = self._decoded[id(group)] = _assemble(group)
-        return node if answer[0] is not None else None
+        if answer[0] is None:
+            return None
+        if self.on_document is not None:
+            self.on_document(node, answer[0])
+        return node
 
     def result(self) -> FrameResult:
         result = FrameResult(hello=dict(self.hello), noise=list(self.noise))

@@ -16,7 +16,7 @@ from typing import Any
 from slurmdiag.options import AttachOptions
 from slurmdiag.transport.base import FanoutResult, NodeOutcome, Progress
 from slurmdiag.transport.collect import node_command
-from slurmdiag.transport.framing import decode_frames
+from slurmdiag.transport.framing import DocumentSink, decode_frames
 from slurmdiag.transport.run import run_command
 
 #: A node's answer: its document, its failure, or a function (job_id, node, options) -> either.
@@ -63,6 +63,7 @@ class InMemoryTransport:
         het_group: tuple[str, int] | None = None,
         progress: Progress | None = None,
         on_started: Callable[[], None] | None = None,
+        on_document: DocumentSink | None = None,
     ) -> FanoutResult:
         """Each node's answer, in the order asked (see base.Transport for the contract)."""
         self.calls.append(Call(job_id, tuple(nodes), options, het_group))
@@ -79,6 +80,8 @@ class InMemoryTransport:
                 answered += 1
                 if progress is not None:
                     progress(answered, len(nodes))
+                if on_document is not None and outcome.document is not None:
+                    on_document(node, outcome.document)
         out.duration_s = time.monotonic() - start
         return out
 

@@ -21,6 +21,7 @@ from slurmdiag.transport.base import FanoutResult, NodeOutcome, Progress
 from slurmdiag.transport.collect import node_command, node_environment
 from slurmdiag.transport.framing import (
     READY_TAG,
+    DocumentSink,
     FrameReader,
     FrameResult,
     answered_node,
@@ -252,13 +253,14 @@ class SrunTransport:
         het_group: tuple[str, int] | None = None,
         progress: Progress | None = None,
         on_started: Callable[[], None] | None = None,
+        on_document: DocumentSink | None = None,
     ) -> FanoutResult:
         """Run the collector on every node through one srun step, within ``options.timeout_s``."""
         runner = self.runner
         answered: set[str] = set()
 
         gate: StartGate | None = None
-        reader = FrameReader()
+        reader = FrameReader(on_document)
 
         def on_line(line: str) -> None:
             if gate is not None and gate.sent is None:
@@ -275,7 +277,7 @@ class SrunTransport:
                  started: Callable[[], None] | None = None) -> CommandResult:
             nonlocal gate, reader
             gate = StartGate(on) if step_options.align_s > 0 else None
-            reader = FrameReader()
+            reader = FrameReader(on_document)
             return runner(
                 srun_argv(job_id, on, step_options, het_group, portable=portable),
                 step_options.timeout_s,

@@ -25,7 +25,7 @@ from slurmdiag.options import AttachOptions, SshSettings
 from slurmdiag.slurm.parse import parse_scontrol_node_addrs
 from slurmdiag.transport.base import FanoutResult, NodeOutcome, Progress
 from slurmdiag.transport.collect import node_command
-from slurmdiag.transport.framing import decode_frames
+from slurmdiag.transport.framing import DocumentSink, decode_frames
 from slurmdiag.transport.run import CommandResult, run_command
 
 MAX_PARALLEL = 64
@@ -183,6 +183,7 @@ class SshTransport:
         het_group: tuple[str, int] | None = None,  # a component's nodes are reached directly
         progress: Progress | None = None,
         on_started: Callable[[], None] | None = None,
+        on_document: DocumentSink | None = None,
     ) -> FanoutResult:
         """Run the collector on every node over ssh, in parallel, within ``options.timeout_s``."""
         paramiko = _paramiko()
@@ -245,6 +246,8 @@ class SshTransport:
                 done += 1
                 if progress is not None:
                     progress(done, len(nodes))
+            if on_document is not None and outcome.status == "ok" and outcome.document is not None:
+                on_document(node, outcome.document)
             return outcome
 
         pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(nodes))))

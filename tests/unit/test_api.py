@@ -189,13 +189,14 @@ def test_the_meanwhile_work_waits_for_the_fan_out_to_start(monkeypatch):
 
     class SlowToStart(InMemoryTransport):
         def collect(self, job_id, nodes, options, *, het_group=None, progress=None,
-                    on_started=None):
+                    on_started=None, on_document=None):
             time.sleep(0.3)
             seen["before start"] = ran.is_set()
             assert on_started is not None
             on_started()
             seen["after start"] = ran.wait(10)
-            return super().collect(job_id, nodes, options, het_group=het_group, progress=progress)
+            return super().collect(job_id, nodes, options, het_group=het_group, progress=progress,
+                                   on_document=on_document)
 
     _fake_slurm(monkeypatch)
     # WHEN the snapshot is collected with work to do meanwhile

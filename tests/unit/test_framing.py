@@ -215,3 +215,20 @@ def test_a_chunk_that_contradicts_a_decoded_document_damages_it_as_in_decode_fra
     assert completed[len(lines) - 1] == "nodeA"
     assert reader.result().documents == {}
     assert reader.result().damaged == {"nodeA": "duplicate chunk 1 with different content"}
+
+
+def test_a_reader_tells_each_document_as_it_is_decoded_the_one_kept() -> None:
+    # GIVEN two nodes' frames and a third node's damaged ones, read with a document sink
+    told: list[tuple[str, dict]] = []
+    reader = FrameReader(lambda node, doc: told.append((node, doc)))
+    a, b, c = _big_doc("nodeA", 1), _big_doc("nodeB", 2), _big_doc("nodeC", 3)
+    broken = encode_frames("nodeC", c).splitlines()
+    broken[0] = broken[0][:-4] + "QQQQ"
+    for raw in [*encode_frames("nodeA", a).splitlines(), *broken,
+                *encode_frames("nodeB", b).splitlines()]:
+        reader.add(raw)
+    # THEN the sink heard each whole document once, in the order completed, not the damaged
+    # one, and each is the very object the result keeps
+    assert [node for node, _ in told] == ["nodeA", "nodeB"]
+    kept = reader.result().documents
+    assert all(doc is kept[node] for node, doc in told) and told[0][1] == a
