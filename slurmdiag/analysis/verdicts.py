@@ -2093,8 +2093,10 @@ def _not_started_there(snapshot: Snapshot, verdict: Verdict) -> Verdict:
     step's tasks (the collector's role "task"): a wrapper still in a step before python
     (staging data, pulling a container, installing packages: staging_stalled). The ranks of
     such a node were most likely never started; what its tasks run is named. Unless the job's
-    log says they crashed (a traceback, an exit code): then the wrapper is in a step after
-    python (archiving the logs of a failed run: wrapper_upload_after_crash)."""
+    log says they crashed (their traceback, their exit code): then the wrapper is in a step
+    after python (archiving the logs of a failed run: wrapper_upload_after_crash). A traceback
+    of no rank (srun without --label) may be theirs or a handled one of another rank: both
+    readings are said."""
     nodes = [n for n in snapshot.nodes if n.status == NodeStatus.OK and not n.ranks
              and any(p.role == "task" for p in n.other_processes)]
     if not nodes or not verdict.culprit_ranks:
@@ -2111,14 +2113,26 @@ def _not_started_there(snapshot: Snapshot, verdict: Verdict) -> Verdict:
                      f"{' '.join(p.cmdline)[:160]}" for p in tasks[:6])
     where = (f"no Python process runs on {compress_hostlist([n.name for n in nodes])}: "
              f"{', '.join(places)} in the job's step")
-    if _crashed_in_log(snapshot, verdict.culprit_ranks):
+    before = ("not started yet (a step before python that has not ended: staging data, a "
+              "container, an install)")
+    after = ("a step of their wrapper after python (archiving logs, cleaning up) keeps the "
+             "task alive, so srun never sees it end")
+    ranks = set(verdict.culprit_ranks)
+    theirs = [f for f in snapshot.log_findings
+              if f.kind in ("task_exit", "traceback") and f.rank in ranks]
+    unlabelled = [f for f in snapshot.log_findings if f.kind == "traceback" and f.rank is None]
+    if theirs:
         summary = (f"{verdict.summary}; {where}, after its ranks ended (the job's log holds "
-                   "their crash: a step of their wrapper after python, archiving logs or "
-                   "cleaning up, keeps the task alive, so srun never sees it end)")
+                   f"their crash: {theirs[0].text[:120]}): {after}")
+    elif unlabelled:
+        # A traceback no rank label ties to a rank may be theirs, or a handled one another
+        # rank logged (logging.exception): both readings, the log's line named
+        summary = (f"{verdict.summary}; {where}. The job's log holds a traceback no rank label "
+                   f"ties to a rank ({unlabelled[0].text[:120]}): if it is theirs, its ranks "
+                   f"started and crashed, and {after}; if not, they were most likely {before}")
     else:
         summary = (f"{verdict.summary.replace('no process (exited or crashed)', 'no process')}"
-                   f"; {where}, its ranks most likely not started yet (a step before python "
-                   "that has not ended: staging data, a container, an install)")
+                   f"; {where}, its ranks most likely {before}")
     return replace(verdict, summary=summary, evidence=(*lines, *verdict.evidence))
 
 

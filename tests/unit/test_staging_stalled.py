@@ -12,6 +12,7 @@ from snapfactory import recorded
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.collector.main import MAX_TASKS, mark_tasks
+from slurmdiag.snapshot import LogFinding
 
 
 def test_a_node_without_ranks_says_what_its_tasks_run() -> None:
@@ -25,23 +26,46 @@ def test_a_node_without_ranks_says_what_its_tasks_run() -> None:
                for line in verdict.evidence)
 
 
-def test_a_wrapper_that_outlives_its_crashed_ranks_is_not_read_as_staging() -> None:
+def test_a_wrapper_that_outlives_its_crashed_ranks_is_not_read_as_staging_alone() -> None:
     # GIVEN the liar of the reading above, recorded (wrapper_upload_after_crash): node002's
-    # ranks raised before init_process_group (their tracebacks in the job's output) and their
-    # wrappers copy logs to a slow archive, so node002 again holds only bash and a sleep
-    verdict = diagnose(recorded("wrapper_upload_after_crash.default")).verdicts[0]
-    # THEN ranks 2-3 are missing, named as crashed, not as never started, and what node002
-    # runs is still named
+    # ranks raised before init_process_group (their tracebacks in the job's output, no rank
+    # label: srun without --label) and their wrappers copy logs to a slow archive, so node002
+    # again holds only bash and a sleep
+    recording = recorded("wrapper_upload_after_crash.default")
+    verdict = diagnose(recording).verdicts[0]
+    # THEN ranks 2-3 are missing, what node002 runs is named, and both readings are said,
+    # the traceback's line with them
     assert verdict.kind == "missing_rank" and verdict.culprit_ranks == (2, 3)
-    assert "not started" not in verdict.summary
-    assert "after its ranks ended (the job's log holds their crash" in verdict.summary
     assert "node002 runs `sleep 3600`" in verdict.summary
-    assert any("FileNotFoundError" in line for line in verdict.evidence)
-    # AND without the tracebacks in the log, the same look reads as staging
-    quiet = recorded("wrapper_upload_after_crash.default")
-    quiet = replace(quiet, log_findings=tuple(
-        f for f in quiet.log_findings if f.kind not in ("traceback", "task_exit")))
-    assert "not started" in diagnose(quiet).verdicts[0].summary
+    assert "if it is theirs, its ranks started and crashed" in verdict.summary
+    assert "if not, they were most likely not started yet" in verdict.summary
+    assert "FileNotFoundError" in verdict.summary
+    # AND with the tracebacks labelled as ranks 2 and 3's (srun --label), only the crash
+    labelled = replace(recording, log_findings=tuple(
+        replace(f, rank=2 + i) if f.kind == "traceback" else f
+        for i, f in enumerate(recording.log_findings)))
+    summary = diagnose(labelled).verdicts[0].summary
+    assert "after its ranks ended (the job's log holds their crash: FileNotFoundError" in summary
+    assert "not started" not in summary
+    # AND with another rank's traceback only (rank 0's, handled and logged), staging again
+    others = replace(recording, log_findings=tuple(
+        replace(f, rank=0) if f.kind == "traceback" else f for f in recording.log_findings))
+    summary = diagnose(others).verdicts[0].summary
+    assert "most likely not started yet" in summary and "crash" not in summary
+
+
+def test_a_handled_traceback_in_the_log_leaves_staging_one_of_two_readings() -> None:
+    # GIVEN staging_stalled's look, its log holding a traceback of no rank (a library's
+    # warning logged with its traceback by a rank that goes on)
+    snapshot = recorded("staging_stalled.default")
+    assert not any(f.kind == "traceback" for f in snapshot.log_findings)
+    noted = replace(snapshot, log_findings=(*snapshot.log_findings, LogFinding(
+        source="job.out", line_no=3, kind="traceback",
+        text="ConnectionError: tracker unreachable, running offline")))
+    summary = diagnose(noted).verdicts[0].summary
+    # THEN the staging reading is kept, beside the crash it could also be
+    assert "if not, they were most likely not started yet" in summary
+    assert "ConnectionError: tracker unreachable" in summary
 
 
 def test_a_node_without_tasks_keeps_the_missing_rank_reading() -> None:
