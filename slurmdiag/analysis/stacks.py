@@ -368,6 +368,8 @@ COLLECTIVE_OPS = frozenset(
         "init_device_mesh",
     }
 )
+# The op of a pipeline schedule's point-to-point wait (torch.distributed.pipelining, Megatron).
+PIPELINE_P2P = "pipeline_p2p"
 # Waiting for peers while the process group forms: a rank missing at start-up hangs here.
 _RENDEZVOUS_FUNCS = frozenset(
     {
@@ -625,6 +627,10 @@ def _traits(file: str, function: str, native: bool) -> _FrameTraits:
             return _FrameTraits("collective", False, "rendezvous")
         if mod.startswith("torch/distributed/checkpoint/"):
             return _FrameTraits("io", False)
+        if mod.startswith("torch/distributed/pipelining/") and "p2p" in function:
+            # a pipeline schedule's wait of the sends and receives it batched (_wait_batch_p2p
+            # of batch_isend_irecv's works): no c10d frame above it (pipeline_stage_spinning)
+            return _FrameTraits("collective", False, PIPELINE_P2P)
         if _has_collective_word(function) or (
             "_functional_collectives" in mod and function.startswith("wait")
         ):
@@ -665,6 +671,10 @@ def _traits(file: str, function: str, native: bool) -> _FrameTraits:
         m in mod for m in ("megatron/core/parallel_state.py", "megatron/mpu/initialize.py")
     ) and (function in COLLECTIVE_OPS or _has_collective_word(function) or "group" in function):
         return _FrameTraits("collective", user, None)
+    if "megatron/core/pipeline_parallel/p2p_communication.py" in mod:
+        # Megatron's pipeline sends and receives (recv_forward, _communicate, ...): the same
+        # waits as torch's pipelining schedules, its own module
+        return _FrameTraits("collective", user, PIPELINE_P2P)
     if mod.startswith("accelerate/") and (
         function in _ACCELERATE_COLLECTIVES or _has_collective_word(function)
     ):
@@ -712,9 +722,17 @@ def frame_site(frame: Frame) -> str:
     return f"{frame.file}:{frame.line}"
 
 
+# A comprehension's own frame, as py-spy qualifies it on Python 3.11 (``f.<locals>.<listcomp>``).
+_COMPREHENSION = re.compile(r"(?:(?:\.<locals>)?\.<(?:listcomp|dictcomp|setcomp|genexpr)>)+$")
+
+
 def function_site(frame: Frame) -> str:
-    """``file:function``, the site of a rank that moves inside a function."""
-    return f"{frame.file}:{frame.function}"
+    """``file:function``, the site of a rank that moves inside a function. A comprehension's
+    frame is its function's (Python 3.12 inlines comprehensions, PEP 709: a loop spinning in
+    one is in its function there; pipeline_stage_spinning on 3.11 moved in
+    ``finite_targets.<locals>.<listcomp>``)."""
+    function = _COMPREHENSION.sub("", frame.function) or frame.function
+    return f"{frame.file}:{function}"
 
 
 # Where an idle helper thread parks: a wait primitive of the stdlib's threading and queue

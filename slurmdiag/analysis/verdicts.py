@@ -58,6 +58,7 @@ from slurmdiag.analysis.model import Analysis, RankView
 from slurmdiag.analysis.nic import nic_findings, watchdog_disagreement, watchdog_findings
 from slurmdiag.analysis.stacks import (
     BLOCKING_KINDS,
+    PIPELINE_P2P,
     TRANSFER_CALLS,
     RankDigest,
     StackInfo,
@@ -2865,7 +2866,7 @@ def _hang_verdicts(
 GROUPS_READ = "process groups read from the ranks' locals (py-spy --locals, new_group results)"
 GROUPS_INFERRED = "group membership inferred from where the ranks wait"
 _P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
-                      "batch_isend_irecv"})
+                      "batch_isend_irecv", PIPELINE_P2P})
 _SOCKET_WCHAN = ("poll", "select", "epoll", "sk_wait", "tcp_", "unix_stream", "wait_woken", "inet_")
 PEER_WAIT_OP = "a store/socket/Work wait on a peer"
 
