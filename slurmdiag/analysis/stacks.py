@@ -842,8 +842,38 @@ class StackInfo:
     detail: str  # "all_reduce (torch/distributed/distributed_c10d.py:1316)"
 
 
+# torch.distributed's own code that waits on no peer when a thread sits in it: torchrun and its
+# agent (the monitor loop sleeps, polls its workers; its rendezvous is "collective" already),
+# checkpoint I/O (already "io").
+_DISTRIBUTED_NOT_PEER_WAITS = ("torch/distributed/elastic/", "torch/distributed/checkpoint/",
+                               "torch/distributed/run.py", "torch/distributed/launcher/")
+
+
+def _distributed_wait(frames: tuple[Frame, ...], traits: list[_FrameTraits]) -> int | None:
+    """The index of the stack's innermost Python frame when it is torch.distributed's own code
+    (not a collective of the c10d API): the blocking call below it has no frame of its own, a
+    Work's or a Future's wait, a store's get (ZeroRedundancyOptimizer._sync_params waiting on its
+    broadcasts' handles in a list comprehension: zero_optimizer_straggler). Only frames of C
+    code may sit above it (--native)."""
+    for i, (frame, trait) in enumerate(zip(frames, traits, strict=True)):
+        if frame.native:
+            continue
+        if trait.kind != "library":
+            return None
+        mod = _module_path(frame.file or "")[0]
+        if mod.startswith("torch/distributed/") and not mod.startswith(_DISTRIBUTED_NOT_PEER_WAITS):
+            return i
+        return None
+    return None
+
+
 def _describe(frames: tuple[Frame, ...], keys: tuple[FrameKey, ...]) -> StackInfo:
     traits = [_frame_traits(f) for f in frames]
+    waits = _distributed_wait(frames, traits)
+    if waits is not None:
+        # named by its function (a comprehension's, its function's: _sync_params)
+        name = _COMPREHENSION.sub("", frames[waits].function or "").rsplit(".", 1)[-1]
+        traits[waits] = _FrameTraits("collective", False, name or None)
     classified = tuple(
         ClassifiedFrame(frame=f, kind=t.kind, is_user=t.is_user)
         for f, t in zip(frames, traits, strict=True)
