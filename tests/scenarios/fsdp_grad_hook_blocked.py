@@ -19,7 +19,6 @@ import _harness as harness
 import _training as training
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
 
 ALERT = (2, 3)  # (rank, step) whose metrics thread dies on the step's norm
 HANG_STEP = ALERT[1] + 2  # the second put after the thread died blocks (one-slot queue)
@@ -48,17 +47,9 @@ class GradientMetrics:
         self._norms.put((self.step, float(grad.norm())))  # CULPRIT
 
 
-def build_sharded_model() -> torch.nn.Module:
-    model = training.build_model()
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    return model
-
 
 def train(info: harness.RankInfo) -> None:
-    model = build_sharded_model()
+    model = training.fully_sharded(training.build_model())
     metrics = GradientMetrics(info)
     for step in range(STEPS):
         metrics.step = step

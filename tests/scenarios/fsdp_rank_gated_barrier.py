@@ -20,7 +20,6 @@ import _harness as harness
 import _training as training
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
 
 CHECKPOINT_EVERY = 3
 STEPS = 1000
@@ -40,17 +39,9 @@ def save_checkpoint(model: torch.nn.Module, step: int, directory: Path) -> None:
     dist.barrier()  # CULPRIT
 
 
-def build_sharded_model() -> torch.nn.Module:
-    model = training.build_model()
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    return model
-
 
 def train(info: harness.RankInfo) -> None:
-    model = build_sharded_model()
+    model = training.fully_sharded(training.build_model())
     directory = checkpoint_directory()
     for step in range(STEPS):
         inputs, targets = training.synthetic_batch(info.rank, step)

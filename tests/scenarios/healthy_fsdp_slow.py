@@ -15,7 +15,6 @@ import _harness as harness
 import _training as training
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
 
 STEP_SECONDS = 1.0
 STEPS = 1800
@@ -24,11 +23,7 @@ STEPS = 1800
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    model = training.build_model()
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+    model = training.fully_sharded(training.build_model())
     for step in range(STEPS):
         if step == 1:
             harness.report_ready(info, "training", role="healthy")
