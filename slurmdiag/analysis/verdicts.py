@@ -3161,7 +3161,7 @@ def _polls_a_collective(s: _Status) -> bool:
     round): its sleep loop polls an asynchronous collective (``while not
     work.is_completed(): sleep``). A handle in an outer frame (a finished step's, kept in
     ``main``: retry_loop_stale_handle) says nothing of the loop."""
-    sample, frames = _groups_sample(s)
+    sample, frames = _locals_sample(s.digest.proc)
     if sample is None:
         return False
     own = next((i for i, f in enumerate(frames) if is_user_file(f.file)), None)
@@ -3195,10 +3195,6 @@ def _locals_sample(proc: Rank) -> tuple[Sample | None, tuple[Frame, ...]]:
     return None, ()
 
 
-def _groups_sample(s: _Status) -> tuple[Sample | None, tuple[Frame, ...]]:
-    return _locals_sample(s.digest.proc)
-
-
 def _with_groups(statuses: list[_Status], world: int | None) -> tuple[list[_Status], list[str]]:
     """Ranks waiting in collectives, keyed by their collective's process group too, when every
     one's group was read from its locals (groups.py) and they are not all on one group: ranks
@@ -3207,7 +3203,7 @@ def _with_groups(statuses: list[_Status], world: int | None) -> tuple[list[_Stat
     waiting = [s for s in statuses if s.status == "waiting" and s.kind == "collective"]
     if not waiting:
         return statuses, []
-    view = read_groups(((s.rank, *_groups_sample(s)) for s in waiting), world)
+    view = read_groups(((s.rank, *_locals_sample(s.digest.proc)) for s in waiting), world)
     unknown = [s.rank for s in waiting if s.rank not in view.collective]
     if unknown:
         return statuses, [

@@ -30,6 +30,7 @@ from slurmdiag.analysis.stacks import is_user_file, job_code
 from slurmdiag.hostlist import compress_hostlist, format_int_ranges
 from slurmdiag.parsers.infiniband import IB_PHYS_LINK_UP, parse_sysfs_ib_phys_state
 from slurmdiag.safeio import atomic_write, decimal_int, iter_job_lines, job_uid
+from slurmdiag.slurm.parse import array_task_name
 from slurmdiag.snapshot import Frame, Gpu, IbPort, Node, Rank, Snapshot, ThreadStack, Verdict
 from slurmdiag.vocabulary import NodeStatus, known_severity, severity_rank
 
@@ -525,8 +526,7 @@ def _build_view(
     omitted = analysis.classes[MAX_CLASS_ROWS:]
     findings = snapshot.log_findings
     job = snapshot.job
-    label = (f"{job.array_job_id}_{job.array_task_id}" if job.array_job_id and job.array_task_id
-             else job.id)
+    label = array_task_name(job.array_job_id, job.array_task_id) or job.id
     title = f"slurmdiag: job {label}" + (f" ({job.name})" if job.name else "")
     return ReportView(
         title=title,
@@ -620,7 +620,7 @@ def _job_facts(snapshot: Snapshot, analysis: Analysis) -> tuple[tuple[str, str],
         ("Ranks", ranks),
         ("Collected", collected or None),
         ("Samples", f"up to {analysis.samples} per rank" if analysis.samples else None),
-        ("Array", f"{job.array_job_id}_{job.array_task_id}" if job.array_job_id else None),
+        ("Array", array_task_name(job.array_job_id, job.array_task_id)),
         ("Het job", f"{job.het_job_id}+{job.het_job_offset}" if job.het_job_id else None),
         ("Start", job.start_time),
         ("Run time", job.run_time),

@@ -15,6 +15,7 @@ from slurmdiag.analysis.model import Analysis, StackClass
 from slurmdiag.hostlist import compress_hostlist, format_int_ranges
 from slurmdiag.report.render import group_node_problems, ordered_verdicts, short_location
 from slurmdiag.safeio import one_line
+from slurmdiag.slurm.parse import array_task_name
 from slurmdiag.snapshot import Snapshot, Verdict
 from slurmdiag.vocabulary import known_severity
 
@@ -97,8 +98,8 @@ def _painter(color: bool) -> Paint:
 def _header(snapshot: Snapshot, analysis: Analysis) -> str:
     job = snapshot.job
     # an array task as squeue shows it (1_0), its own job id after it: the two differ
-    label = (f"{clean(job.array_job_id)}_{clean(job.array_task_id)} (job id {clean(job.id)})"
-             if job.array_job_id and job.array_task_id else clean(job.id))
+    task = array_task_name(job.array_job_id, job.array_task_id)
+    label = f"{clean(task)} (job id {clean(job.id)})" if task else clean(job.id)
     parts = [f"job {label}" + (f" ({clean(job.name)})" if job.name else "")]
     if job.user:
         parts.append(clean(job.user))

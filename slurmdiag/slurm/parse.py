@@ -66,6 +66,13 @@ class JobRef:
         return self.base
 
 
+def array_task_name(array_job_id: str | None, array_task_id: str | None) -> str | None:
+    """``A_T``, an array task's name as squeue prints it; None for a job that is no array task."""
+    if array_job_id and array_task_id:
+        return f"{array_job_id}_{array_task_id}"
+    return None
+
+
 def parse_job_id(text: str) -> JobRef:
     """Parse ``123``, ``123_4`` or ``123+1``; anything else (steps, ranges, names) -> ValueError."""
     match = _JOB_ID_RE.match(text.strip())

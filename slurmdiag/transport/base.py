@@ -89,9 +89,8 @@ class Transport(Protocol):
             on_document: called with ``(node, document)`` as soon as a node's document is
                 whole and decoded, while the other nodes still work (the caller turns it into
                 the snapshot's node then, off the serial tail); the same dict object is the
-                node's ``NodeOutcome.document`` if it is the one kept. The srun transport calls
-                it from the calling thread; a transport may not call it at all. It must not
-                raise.
+                node's ``NodeOutcome.document`` if it is the one kept. From any thread (srun:
+                the calling one; ssh: each node's); it must be quick and must not raise.
 
         Returns:
             A ``FanoutResult`` whose ``nodes`` maps every name of ``nodes`` to a

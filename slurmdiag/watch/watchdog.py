@@ -47,6 +47,7 @@ from slurmdiag.safeio import atomic_write, decimal_int, one_line
 from slurmdiag.slurm.parse import (
     SQUEUE_TEXT_FORMAT,
     SlurmJob,
+    array_task_name,
     parse_job_id,
     parse_squeue_json,
     parse_squeue_text,
@@ -96,9 +97,8 @@ def _default_runner(argv: Sequence[str], timeout: float, **kwargs: Any) -> Any:
 def attach_name(job: SlurmJob) -> str:
     """The name attach is given for a running job: an array task as ``A_T`` (its own job id
     can also be its array's, which names the whole array), any other job by its id."""
-    if job.array_job_id and job.array_task_id and job.array_task_id.isdigit():
-        return f"{job.array_job_id}_{job.array_task_id}"
-    return job.job_id
+    name = array_task_name(job.array_job_id, job.array_task_id)
+    return name if name is not None and (job.array_task_id or "").isdigit() else job.job_id
 
 
 def _default_attach(job_id: str, options: AttachOptions, *, out_dir: Path | None = None
@@ -269,8 +269,9 @@ def _job_ids(job: SlurmJob) -> set[str]:
     ids = {job.job_id}
     if job.array_job_id:
         ids.add(job.array_job_id)
-        if job.array_task_id:
-            ids.add(f"{job.array_job_id}_{job.array_task_id}")
+    task = array_task_name(job.array_job_id, job.array_task_id)
+    if task is not None:
+        ids.add(task)
     if job.het_job_id:
         ids.add(job.het_job_id)
         if job.het_job_offset is not None:

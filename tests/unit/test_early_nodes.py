@@ -41,15 +41,22 @@ def test_an_outcome_with_another_document_or_status_is_made_afresh() -> None:
     assert failed.status == "error" and failed.message == "output damaged in transit"
 
 
-def test_a_document_that_cannot_be_made_early_never_stops_the_reading() -> None:
-    # GIVEN a document the assembly rejects in an unexpected way (not a dict inside)
+def test_a_document_that_cannot_be_made_early_never_stops_the_reading(monkeypatch) -> None:
+    # GIVEN the assembly failing in a way node_from_outcome does not turn into an error node
+    from slurmdiag import assemble
+
+    def broken(outcome: NodeOutcome):
+        raise RuntimeError("assembly bug")
+
     early = api.EarlyNodes()
-    weird = {"format": 1, "processes": 7}
-    early.add("node001", weird)  # THEN no exception reaches the transport
-    # AND made after the fan-out, the node is an error node saying why
-    node = early.node(NodeOutcome("node001", "ok", weird))
-    assert node == node_from_outcome(NodeOutcome("node001", "ok", weird))
-    assert node.status == "error"
+    doc = json.loads(json.dumps(REAL_DOC))
+    with monkeypatch.context() as patched:
+        patched.setattr(assemble, "node_from_outcome", broken)
+        early.add("node001", doc)  # THEN no exception reaches the transport's reading
+    # AND the node is made after the fan-out, as if it had not been told early
+    outcome = NodeOutcome("node001", "ok", doc)
+    assert early.node(outcome) == node_from_outcome(outcome)
+    assert early.node(outcome) is not early.node(outcome)  # made afresh each time: not kept
 
 
 def test_collect_snapshot_uses_the_nodes_the_transport_told_of(monkeypatch) -> None:
