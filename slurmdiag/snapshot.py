@@ -202,7 +202,7 @@ class Rank:
     pid: int
     local_rank: int | None = None
     world_size: int | None = None
-    launcher: str = "unknown"  # srun | torchrun | submitit | mp.spawn | mpirun | deepspeed | accelerate | unknown
+    launcher: str = "unknown"  # srun | torchrun | submitit | mp.spawn | elastic | mpirun | deepspeed | accelerate | unknown
     step_id: str | None = None
     cmdline: tuple[str, ...] = ()
     state: str | None = None  # R S D Z T ...

@@ -173,7 +173,10 @@ def spawn_identity(threads):
 
     ``i`` of ``_wrap`` is the process index; the rank and world size are what the user's
     function (the frame ``_wrap`` called) named ``rank``/``global_rank`` and
-    ``world_size``/``world``, when it did; a missing one is None. A plain
+    ``world_size``/``world``, when it did; a missing one is None. A rank that torch's elastic
+    agent started with a function entrypoint (``elastic_launch``: torchx, Hydra's launchers,
+    launch scripts) runs below elastic's own ``_wrap``, whose worker environment (``env_``)
+    says the rank the rendezvous gave it: that comes first. A plain
     ``multiprocessing.Process`` rank has no index: its target's locals only.
     """
     found = _spawn_wrap_frame(threads)
@@ -189,7 +192,53 @@ def spawn_identity(threads):
     if index > 0:
         for key, names in IDENTITY_LOCALS.items():
             out[key] = _local(frames[index - 1], names)
+    elastic = elastic_worker_env(frames[:index])
+    for key, value in elastic.items():
+        if value is not None:
+            out[key] = value
     return out
+
+
+#: torch elastic's worker wrapper: ``_wrap(local_rank, fn, args, envs, ...)`` sets the worker's
+#: environment (its local ``env_``) in os.environ, after the process started
+ELASTIC_WRAP_FILE = "torch/distributed/elastic/multiprocessing/api.py"
+
+
+def _elastic_wrapped(threads):
+    """Does a stack run below torch elastic's ``_wrap`` (a worker of elastic's agent)?"""
+    return any(frame.get("name") == "_wrap"
+               and (frame.get("filename") or "").endswith(ELASTIC_WRAP_FILE)
+               for frame in _frames_of(threads))
+
+
+def elastic_worker_env(frames):
+    """{"rank", "world_size"} from the ``env_`` local of elastic's ``_wrap`` among ``frames``
+    (None for each it does not show): py-spy cuts a dict's repr at 128 characters, RANK is its
+    first key, WORLD_SIZE the sixth and often cut."""
+    out = {"rank": None, "world_size": None}
+    for frame in frames:
+        if frame.get("name") == "_wrap" and (frame.get("filename") or "").endswith(
+                ELASTIC_WRAP_FILE):
+            for item in frame.get("locals") or ():
+                if item.get("name") == "env_":
+                    text = item.get("repr") or ""
+                    out["rank"] = _repr_item(text, "RANK")
+                    out["world_size"] = _repr_item(text, "WORLD_SIZE")
+            break
+    return out
+
+
+def _repr_item(text, key):
+    """The integer value of ``key`` in py-spy's repr of a dict of strings
+    (``{"RANK": "3", "GROUP_RANK": "1", ...}``), else None; a key that only ends the same
+    (GROUP_RANK, LOCAL_WORLD_SIZE) is another key."""
+    for lead in ("{", ", "):
+        marker = lead + '"' + key + '": "'
+        at = text.find(marker)
+        if at == 0 or (at > 0 and lead == ", "):
+            digits = text[at + len(marker):].split('"', 1)[0]
+            return int(digits) if digits.isdigit() else None
+    return None
 
 
 def identity_dump(pyspy, pid, clock):
@@ -229,7 +278,9 @@ def adopt_spawned_ranks(entries, pyspy, clock, concurrency):
     for entry, threads in zip(spawned, identities):
         identity = spawn_identity(threads if isinstance(threads, list) else None)
         parents.setdefault(entry["rank_pid"], []).append(entry)
-        entry["role"], entry["rank_pid"], entry["launcher"] = "rank", None, "mp.spawn"
+        # torch elastic's agent inside the launching script (elastic_launch), or mp.spawn
+        launcher = "elastic" if _elastic_wrapped(entry["samples"][0]["threads"]) else "mp.spawn"
+        entry["role"], entry["rank_pid"], entry["launcher"] = "rank", None, launcher
         entry["local_rank"] = identity["local_rank"]
         entry["rank"], entry["world_size"] = identity["rank"], identity["world_size"]
     for parent_pid, children in parents.items():
@@ -252,7 +303,7 @@ def adopt_spawned_ranks(entries, pyspy, clock, concurrency):
                 entry["world_size"] = parent["world_size"] * nprocs
         if parent:
             parent.update(role="agent", rank=None, local_rank=None, world_size=None,
-                          launcher="mp.spawn", rank_pid=None)
+                          launcher=children[0]["launcher"], rank_pid=None)
     # Whatever else hung below a parent (its resource tracker) is its own process now; a
     # spawned rank's own workers (DataLoader) hang under that rank.
     ranks = {e["pid"] for e in entries if e["role"] == "rank"}

@@ -1085,6 +1085,68 @@ def test_tutorial_rank_identity_comes_from_the_process_target() -> None:
     assert stacks.spawn_identity(_mp_process_dump("fork_rank1"))["rank"] == 1
 
 
+ELASTIC = REPO / "tests/fixtures/py_spy"
+
+
+def _elastic_dump(rank: int) -> list:
+    return json.loads((ELASTIC / f"local_pyspy0.4_json_locals_elastic_api_rank{rank}.json").read_text())
+
+
+def test_elastic_launch_rank_identity_comes_from_the_rendezvous() -> None:
+    # GIVEN real py-spy --locals of ranks that torch elastic's agent started from a launch
+    # script (elastic_launch, a function entrypoint): the rendezvous put ranks 0-1 on the
+    # job's second node and 2-3 on its first, so node 1's process 0 is rank 0
+    # THEN the rank is the worker environment elastic's _wrap keeps (env_), not the index
+    assert stacks.spawn_identity(_elastic_dump(0)) == {
+        "local_rank": 0, "rank": 0, "world_size": None}  # WORLD_SIZE cut from py-spy's repr
+    assert stacks.spawn_identity(_elastic_dump(3))["rank"] == 3
+
+
+@pytest.mark.parametrize("text, rank, world", [
+    ('{"RANK": "3", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4"}', 3, 4),
+    # the liars: keys that end the same are other keys
+    ('{"GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2", ...}', None, None),
+    ('{"ROLE_RANK": "1", "RANK": "6", "GROUP_WORLD_SIZE": "2", ...}', 6, None),
+    ('{"RANK": "...", "WORLD_SIZE": "8"}', None, 8),
+])
+def test_elastic_worker_env_reads_only_its_own_keys(text: str, rank: int | None,
+                                                    world: int | None) -> None:
+    frames = [{"name": "_wrap", "filename": "/x/" + stacks.ELASTIC_WRAP_FILE,
+               "locals": [{"name": "env_", "repr": text}]}]
+    assert stacks.elastic_worker_env(frames) == {"rank": rank, "world_size": world}
+    # AND a frame of that name elsewhere says nothing
+    frames[0]["filename"] = "/x/torch/multiprocessing/spawn.py"
+    assert stacks.elastic_worker_env(frames) == {"rank": None, "world_size": None}
+
+
+def test_elastic_launch_ranks_become_ranks_numbered_by_the_rendezvous(tmp_path: Path) -> None:
+    # GIVEN the srun task of node 2 (SLURM_PROCID 1 of 2), elastic's agent, and its two
+    # spawned workers: real dumps of ranks 0 and 1 (the rendezvous put them on this node)
+    zero = _elastic_dump(0)
+    one = json.loads(json.dumps(zero))  # rank 1: index 1, its env_ says RANK 1
+    for frame in one[0]["frames"]:
+        for item in frame.get("locals") or ():
+            if item["name"] in ("i", "local_rank"):
+                item["repr"] = "1"
+            if item["name"] == "env_":
+                item["repr"] = item["repr"].replace('{"RANK": "0"', '{"RANK": "1"')
+    paths = {301: tmp_path / "r0.json", 302: tmp_path / "r1.json"}
+    paths[301].write_text(json.dumps(zero))
+    paths[302].write_text(json.dumps(one))
+    entries = [_entry(300, 1, "rank", None, [], rank=1, world_size=2),
+               _entry(301, 300, "dataloader_worker", 300, stacks.slim_threads(zero)),
+               _entry(302, 300, "dataloader_worker", 300, stacks.slim_threads(one))]
+    by_pid = {e["pid"]: e for e in entries}
+    # WHEN they are adopted
+    stacks.adopt_spawned_ranks(entries, _fake_pyspy(tmp_path, paths), tools.Clock(20), 2)
+    # THEN their ranks are the rendezvous' (0, 1), not SLURM_PROCID x 2 + index (2, 3), and
+    # nothing is said inferred; the launching script is elastic's agent
+    assert [(by_pid[p]["rank"], by_pid[p]["local_rank"], by_pid[p]["launcher"], by_pid[p]["errors"])
+            for p in (301, 302)] == [(0, 0, "elastic", []), (1, 1, "elastic", [])]
+    assert by_pid[301]["world_size"] == 4  # cut from the repr: the task's 2 tasks x 2
+    assert by_pid[300]["role"] == "agent" and by_pid[300]["launcher"] == "elastic"
+
+
 def _children_of_a_rank(parent_threads: list, child_threads: list) -> list[dict]:
     return [_entry(300, 1, "rank", None, parent_threads, rank=0, world_size=2),
             _entry(301, 300, "child", 300, child_threads)]
