@@ -215,7 +215,9 @@ def worlds(snapshot: Snapshot) -> tuple[tuple[str, Snapshot], ...]:
                 key = _world_key(rank)
                 signs[key] = signs[key] or _distributed(rank, node, peers[rank.step_id])
     keys = sorted((k for k in claims if signs[k]), key=lambda k: (_step_order(k[0]), hosts[k]))
-    if len(keys) < 2 or not any(claims[a] & claims[b] for a in keys for b in keys if a < b):
+    # (by place: a key's rendezvous may be None, which no string orders against)
+    if len(keys) < 2 or not any(claims[a] & claims[b] for i, a in enumerate(keys)
+                                for b in keys[i + 1:]):
         return ()
     out = []
     for key in keys:

@@ -99,6 +99,73 @@ def _dead_python_children(procs):
     return dead
 
 
+def _script_of(cmdline):
+    """The script's file name (``train.py``) or ``-m module`` a Python command line runs, else
+    None: what a process that runs its own command line again runs."""
+    args = cmdline[1:]
+    for index, arg in enumerate(args):
+        if arg == "-m" and index + 1 < len(args):
+            return "-m " + args[index + 1]
+        if arg == "-c":
+            return None
+        if not arg.startswith("-"):
+            return _basename(arg)
+    return None
+
+
+def _mark_relaunched_ranks(procs):
+    """A process that is local rank 0 and runs its own script again for its node's local ranks
+    1..n-1, their LOCAL_RANK in their environment and no RANK (PyTorch Lightning's subprocess
+    script launcher, when Slurm did not start a task per device): the children are ranks, not
+    its helpers, and it is a rank too (more threads than a launcher's one or two), not their
+    launcher (``relaunches``). Their identity
+    (``argv``): NODE_RANK (else the task's SLURM_PROCID) x n + LOCAL_RANK, inferred and said so.
+    Children numbered from 0 are a launcher's (``_mark_env_ranks``); a child that runs
+    another script (an evaluation given LOCAL_RANK), or inherited its parent's LOCAL_RANK (a
+    fork, the script run again for another purpose), is not such a rank."""
+    groups = {}  # type: dict
+    for info in procs.values():
+        parent = procs.get(info["stat"]["ppid"])
+        local = _as_int(info["env"].get("LOCAL_RANK"))
+        if (info.get("argv") is None and not info.get("zombie") and parent is not None
+                and local is not None and local >= 0 and "RANK" not in info["env"]
+                and "LOCAL_RANK" not in parent["env"] and "RANK" not in parent["env"]
+                and _is_python(info) and _is_python(parent) and not _looks_multiprocessing(info)
+                and _script_of(info["cmdline"]) is not None
+                and _script_of(info["cmdline"]) == _script_of(parent["cmdline"])):
+            groups.setdefault(parent["pid"], []).append((info, local))
+    for parent_pid, members in groups.items():
+        parent = procs[parent_pid]
+        count = len(members) + 1  # with the parent, local rank 0
+        # a rank runs more than a launcher's one or two threads
+        if {local for _, local in members} != set(range(1, count)) or (
+                parent["stat"]["num_threads"] <= 2):
+            continue
+        nodes = {_as_int(info["env"].get("NODE_RANK", info["env"].get("GROUP_RANK")))
+                 for info, _ in members}
+        node = nodes.pop() if len(nodes) == 1 else None
+        where = "its NODE_RANK"
+        if node is None:
+            node, where = _as_int(parent["env"].get("SLURM_PROCID")), "its task's SLURM_PROCID"
+        if node is None:
+            continue
+        worlds = {_as_int(info["env"].get("WORLD_SIZE")) for info, _ in members}
+        world = worlds.pop() if len(worlds) == 1 else None
+        tasks = _as_int(parent["env"].get("SLURM_NTASKS"))
+        if world is None and tasks is not None:
+            world = tasks * count
+        parent["relaunches"] = True
+        for info, local in [(parent, 0)] + members:
+            rank = node * count + local
+            info["argv"] = {"rank": rank, "local_rank": local}
+            if world is not None:
+                info["argv"]["world_size"] = world
+            info["inferred"] = (
+                f"rank {rank} inferred as {where} ({node}) x {count} processes + its local rank "
+                f"({local}): the task's process runs its own script again for its node's other "
+                "ranks, none of them has RANK in its environment")
+
+
 def _mark_env_ranks(procs):
     """Python children of one launcher (one or two threads) that it started with LOCAL_RANK in
     their environment, distinct between them, and no RANK: ranks of a home-grown launcher
@@ -514,6 +581,7 @@ def classify(procs):
     """
     launchers = set()  # type: set
     _mark_argv_ranks(procs)
+    _mark_relaunched_ranks(procs)
     _mark_env_ranks(procs)  # after the flags: a child they identify keeps their identity
     for _ in range(4):
         _classify_once(procs, launchers)
@@ -523,7 +591,7 @@ def classify(procs):
                 owner = next(
                     (a for a in _ancestors(procs, info["pid"]) if a["role"] == "rank"), None
                 )
-                if owner is not None:
+                if owner is not None and not owner.get("relaunches"):
                     found.add(owner["pid"])
         if found <= launchers:
             break

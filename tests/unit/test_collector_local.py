@@ -800,6 +800,74 @@ def test_ranks_a_launcher_gives_their_rank_on_the_command_line() -> None:
     assert [discovery.identity(procs[p]) for p in (51, 52)] == [("2", "0", "4"), ("3", "1", "4")]
 
 
+def _relaunching_node(task: int, children_env: list[dict[str, str]], script: str = "train.py"
+                      ) -> dict[int, dict]:
+    """srun task ``task`` (one a node) running train.py, a torch rank (14 threads), and the
+    Python children it started with the given environments (SLURM_* inherited)."""
+    slurm = {"SLURM_PROCID": str(task), "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}
+    base = 100 * (task + 1)
+    procs = {base: _info(base, 1, ["/usr/bin/python3", "-u", "train.py", "--lr", "3"], slurm)}
+    procs[base]["stat"]["num_threads"] = 14
+    for index, env in enumerate(children_env, 1):
+        procs[base + index] = _info(base + index, base, ["/venv/bin/python3", f"/home/u/{script}",
+                                                         "--lr", "3"], {**slurm, **env})
+        procs[base + index]["stat"]["num_threads"] = 14
+    return procs
+
+
+def test_a_rank_that_runs_its_script_again_for_its_nodes_other_ranks() -> None:
+    # GIVEN on each of 2 nodes the srun task, local rank 0 and a rank itself, that ran its own
+    # script again for local ranks 1-2 (Lightning's subprocess script launcher): LOCAL_RANK,
+    # NODE_RANK and WORLD_SIZE in the children's environment, no RANK
+    procs = {}
+    for task in (0, 1):
+        procs.update(_relaunching_node(task, [
+            {"LOCAL_RANK": str(local), "NODE_RANK": str(task), "WORLD_SIZE": "6"}
+            for local in (1, 2)]))
+    discovery.classify(procs)
+    # THEN all six are ranks, numbered NODE_RANK x 3 + local rank, the parents not launchers
+    assert {pid: info["role"] for pid, info in procs.items()} == dict.fromkeys(procs, "rank")
+    assert [discovery.identity(procs[p]) for p in (100, 101, 102, 200, 201, 202)] == [
+        (str(r), str(r % 3), "6") for r in range(6)]
+    assert "NODE_RANK (1) x 3 processes + its local rank (2)" in procs[202]["inferred"]
+    # AND without NODE_RANK the task's SLURM_PROCID says the node, the tasks x 3 the world
+    procs = _relaunching_node(1, [{"LOCAL_RANK": "1"}, {"LOCAL_RANK": "2"}])
+    discovery.classify(procs)
+    assert [discovery.identity(procs[p]) for p in (200, 201, 202)] == [
+        ("3", "0", "6"), ("4", "1", "6"), ("5", "2", "6")]
+
+
+@pytest.mark.parametrize("why, children_env, script", [
+    # numbered from 0: the children are all of the node's ranks, their parent a launcher's
+    # place (_mark_env_ranks' rule), not local rank 0
+    ("from zero", [{"LOCAL_RANK": "0"}, {"LOCAL_RANK": "1"}], "train.py"),
+    # another script given a LOCAL_RANK: the rank's evaluation, not its sibling
+    ("other script", [{"LOCAL_RANK": "1"}], "evaluate.py"),
+    # RANK in its environment: a launcher numbered it already
+    ("has RANK", [{"LOCAL_RANK": "1", "RANK": "1"}], "train.py"),
+    # a gap in the numbers (1 and 3): not 1..n-1
+    ("gap", [{"LOCAL_RANK": "1"}, {"LOCAL_RANK": "3"}], "train.py"),
+])
+def test_children_that_are_not_a_relaunch_stay_as_they_were(why: str, children_env: list,
+                                                            script: str) -> None:
+    procs = _relaunching_node(0, children_env, script)
+    discovery.classify(procs)
+    assert not procs[100].get("relaunches"), why
+    assert all("inferred" not in info or "runs its own script" not in info["inferred"]
+               for info in procs.values()), why
+    # AND a parent of a launcher's one or two threads is no rank: a wrapper, not local rank 0
+    procs = _relaunching_node(0, [{"LOCAL_RANK": "1"}])
+    procs[100]["stat"]["num_threads"] = 2
+    discovery.classify(procs)
+    assert not procs[100].get("relaunches")
+    # AND the same script run again with the parent's own LOCAL_RANK (torchrun's rank running
+    # itself again for another purpose) is no sibling either
+    procs = _relaunching_node(0, [{"LOCAL_RANK": "1"}])
+    procs[100]["env"]["LOCAL_RANK"] = procs[101]["env"]["LOCAL_RANK"] = "1"
+    discovery.classify(procs)
+    assert (procs[101]["role"], procs[101]["rank_pid"]) == ("child", 100)
+
+
 def test_one_child_given_a_rank_on_its_command_line_stays_its_parents_child() -> None:
     # GIVEN rank 0 running an evaluation script with --rank 0, and rank 1 a helper with --rank 5
     slurm = {"SLURM_JOB_ID": "7"}

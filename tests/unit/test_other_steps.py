@@ -12,7 +12,7 @@ import pytest
 from snapfactory import recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.analysis.steps import NOT_A_RANK, RANK_ENV, one_world, ranks_step, worlds
+from slurmdiag.analysis.steps import NOT_A_RANK, RANK_ENV, _world_key, one_world, ranks_step, worlds
 from slurmdiag.snapshot import Frame, Rank, Sample, Snapshot, ThreadStack
 
 MONITOR = "_node_monitor.py"
@@ -204,6 +204,23 @@ def test_one_rendezvous_across_nodes_is_one_world() -> None:
         replace(r, rank=(r.rank or 0) + 2, env={**r.env, "TORCHELASTIC_RUN_ID": first})
         for r in snapshot.nodes[1].ranks))))
     assert worlds(one) == ()
+
+
+def test_a_rendezvous_named_in_some_ranks_environment_only_is_one_world() -> None:
+    # mismatched_collectives_script_relaunch: each node's task (local rank 0, MASTER_ADDR set
+    # in its os.environ only) ran its script again for local rank 1, whose environment names
+    # the store: two keys in one step, one of them without a rendezvous. Ordering the keys
+    # failed (None against a string): an internal error instead of a verdict
+    snapshot = recorded("mismatched_collectives_script_relaunch.default")
+    keys = {_world_key(r) for n in snapshot.nodes for r in n.ranks}
+    assert len(keys) == 2 and {k[1] is None for k in keys} == {True, False}
+    assert worlds(snapshot) == ()  # the ranks do not collide: one world
+    v = diagnose(snapshot).verdicts[0]
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (1,)), v
+    # AND when they collide they are judged apart, whichever key has no rendezvous
+    collide = replace(snapshot, nodes=tuple(replace(n, ranks=tuple(
+        replace(r, rank=(r.rank or 0) // 2 * 2) for r in n.ranks)) for n in snapshot.nodes))
+    assert len(worlds(collide)) == 2
 
 
 @pytest.mark.parametrize("mode", ["default", "samples1"])
