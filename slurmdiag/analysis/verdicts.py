@@ -240,6 +240,12 @@ STRAGGLER_STEPS = {
         "the process is in uninterruptible sleep in the kernel: usually a hung filesystem "
         "(NFS, Lustre, GPFS) or device; check dmesg and the mount on that node"
     ),
+    "fuse": (
+        "the rank's read or open waits for a FUSE file system whose server (gcsfuse, s3fs, "
+        "mountpoint-s3, blobfuse, JuiceFS, sshfs) does not answer: check that server process, its "
+        "log and its backend from that node (ls on the mount hangs too); until it answers or is "
+        "killed, every process that touches the mount waits"
+    ),
     "stopped": (
         "the process is stopped (SIGSTOP, a debugger or ^Z): resume it with kill -CONT PID"
     ),
@@ -265,12 +271,15 @@ _BLOCK_PHRASES = {
     "poll": "polling in a sleep loop (its line moves, its CPU does not)",
     "blocked": "idle in a call from its own code",
     "kernel": "in uninterruptible kernel sleep (state D)",
+    "fuse": "waiting for a FUSE file system that does not answer (request_wait_answer)",
     "child": "waiting for a child process",
     "stopped": "stopped (state T)",
     "gil": "stopped on the GIL",
 }
 
 _WCHAN_HINTS = (
+    # a FUSE request: interruptible until a signal or ptrace interrupts it, then state D
+    ("request_wait_answer", "fuse"),
     ("nanosleep", "sleep"),
     ("hrtimer", "sleep"),
     ("futex", "lock"),
@@ -435,7 +444,7 @@ def _measured_work(digest: RankDigest) -> bool | None:
 
 # A main thread blocked in these ways waits on something of its own (a child process, the kernel's
 # I/O, a stop signal), not on another of its threads.
-_OWN_BLOCKS = frozenset({"child", "kernel", "stopped", "pool"})
+_OWN_BLOCKS = frozenset({"child", "kernel", "fuse", "stopped", "pool"})
 
 
 def _status(merge: StackMerge, digest: RankDigest) -> _Status:
@@ -460,7 +469,7 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
         # a main thread waiting on a thread (a future, a join) that moves data: a checkpoint
         # uploaded on a worker thread (rank0_upload_thread_barrier)
         return replace(status, status="busy", kind="transfer")
-    if not status.ended and status.status == "blocked" and status.kind in ("io", "kernel") \
+    if not status.ended and status.status == "blocked" and status.kind in ("io", "kernel", "fuse") \
             and digest.io_rate is None and _moves_storage(digest):
         return replace(status, status="busy", kind="storage")
     if not status.ended and status.status == "busy" and status.kind != "input" \
@@ -504,6 +513,8 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
     if state in ("Z", "X"):
         return _Status(digest, "dead", "zombie" if state == "Z" else "dead")
     if not digest.stack_ids:
+        if _wchan_hint(proc.wchan) == "fuse":
+            return _Status(digest, "blocked", "fuse")
         if state == "D":
             return _Status(digest, "blocked", "kernel")
         if state == "T":
@@ -563,7 +574,7 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
     if _is_busy(digest):
         return _Status(digest, "busy", info.kind, info.site, None, None, info)
     hint = _wchan_hint(proc.wchan) or _strace_hint(digest)
-    if state == "D":
+    if state == "D" and hint != "fuse":
         hint = "kernel"
     return _Status(digest, "blocked", hint or "blocked", info.site, None, None, info)
 
@@ -1915,7 +1926,8 @@ def _slow_transfer(movers: list[_Status], waiting: list[_Status]) -> Verdict:
 
 def _call_evidence(s: _Status) -> list[str]:
     """Where the rank's threads sit in a send or receive, named by thread and connection, and
-    whether that connection carried data in strace's window."""
+    whether that connection carried data in strace's window; then those that sit in a call on
+    a file, named by its path (the mount that does not answer: stalled_mount_read)."""
     proc = s.digest.proc
     recent = proc.recent_traffic
     active = {(c.local, c.remote) for c in recent.active} if recent is not None else None
@@ -1927,6 +1939,10 @@ def _call_evidence(s: _Status) -> list[str]:
             line += ("; data moved on it in strace's window" if (c.local, c.remote) in active
                      else f"; no data on it in the last {recent.within_ms / 1000:.1f} s")
         lines.append(line)
+    files = [c for c in proc.blocked_calls if (c.target or "").startswith("/")]
+    for c in files[:max(0, 3 - len(lines))]:
+        lines.append(f"rank {s.rank}: {_thread_label(proc, c.tid, with_tid=True)} in {c.call} "
+                     f"on {c.target}")
     return lines
 
 
@@ -2612,7 +2628,8 @@ def _forming(s: _Status) -> bool:
 
 
 # Kernel waits outside the network: a pipe, a network or local file system, a disk.
-_OFF_NETWORK_WCHAN = ("pipe", "nfs", "rpc_", "io_schedule", "wait_on_page", "folio_wait")
+_OFF_NETWORK_WCHAN = ("pipe", "nfs", "rpc_", "io_schedule", "wait_on_page", "folio_wait",
+                      "request_wait_answer")
 
 
 def _stuck_off_network(s: _Status) -> bool:

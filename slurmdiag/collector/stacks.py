@@ -451,6 +451,30 @@ def reuse_sample(pid, previous, index, clock):
     }
 
 
+#: How long a blocking dump may wait for the suspend of every thread (a dump of a torch rank
+#: takes 10-50 ms, ~0.5 s with 64 dumps at once on 2 cores) before it is read without it.
+SUSPEND_WAIT_S = 3.0
+#: pid -> why its blocking dump once timed out (read with --nonblocking from then on)
+_NOT_SUSPENDED = {}  # type: dict
+
+
+def _unsuspendable(pid, state, traced):
+    """Why py-spy cannot suspend ``pid`` (and reads it with --nonblocking), else None: stopped
+    (T/t), in state D, strace attached, a suspend that timed out before, or its main thread
+    waiting for a FUSE server's answer (request_wait_answer: interruptible, but an interrupt
+    turns the wait uninterruptible and the suspend never completes). A main thread stopped or
+    in the kernel runs no Python code meanwhile: its stack is read exactly."""
+    if traced:
+        return "strace attached"
+    if state in ("T", "t", "D"):
+        return f"process in state {state}"
+    if pid in _NOT_SUSPENDED:
+        return _NOT_SUSPENDED[pid]
+    if (_read(f"/proc/{pid}/wchan", one_show=True) or "").strip() == "request_wait_answer":
+        return "its main thread waits for a FUSE file system's answer (request_wait_answer)"
+    return None
+
+
 TORN_READ = ("Failed to copy", "Bad address", "os error 14")
 
 
@@ -479,9 +503,9 @@ def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
     # A stopped process (T/t) makes the blocking dump fail ("Failed to suspend process"), and one
     # in D cannot be suspended until its syscall returns; neither runs Python code meanwhile, so
     # reading without suspending is exact. --native needs the suspend.
-    if state in ("T", "t", "D") or traced:
+    why = _unsuspendable(pid, state, traced)
+    if why:
         argv.append("--nonblocking")
-        why = "strace attached" if traced else f"process in state {state}"
         note = f"read with --nonblocking: {why}"
         if native:
             note += "; native frames skipped (they need the suspend)"
@@ -490,7 +514,18 @@ def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
     if groups:
         argv.append("--locals")
     usage = read_usage(pid, stat)
-    rc, out, err, timeout_note = yield from tool_run(argv, timeout)
+    rc, out, err, timeout_note = yield from tool_run(
+        argv, timeout if why else min(SUSPEND_WAIT_S, timeout))
+    if not why and timeout_note and clock.left() > 1.0:
+        # The suspend never completed: one of its threads waits in the kernel where no stop
+        # reaches it (another thread's FUSE request: interrupted, its wait turned
+        # uninterruptible). Read it as it is, now and in the rounds after.
+        _NOT_SUSPENDED[pid] = f"its suspend did not complete in {SUSPEND_WAIT_S:g} s"
+        argv = [a for a in argv if a != "--native"] + ["--nonblocking"]
+        note = f"read with --nonblocking: {_NOT_SUSPENDED[pid]}"
+        if native:
+            note += "; native frames skipped (they need the suspend)"
+        rc, out, err, timeout_note = yield from tool_run(argv, min(10.0, clock.left()))
     if rc != 0 and not timeout_note and _torn(err or out) and clock.left() > 1.0:
         # a read of memory the interpreter was changing (a running rank, py-spy 0.4: "Failed to
         # copy PyCodeObject ... Bad address"): once more, at once

@@ -271,6 +271,9 @@ def submit(name: str, state_dir: Path | str, *, env: Mapping[str, str] | None = 
     for stale in state_dir.glob("rank*.json"):
         stale.unlink()
     python = python or sys.executable
+    (state_dir / "job_id").unlink(missing_ok=True)
+    if truth.get("stalled_mount"):
+        _mount_stalled_dataset(truth, state_dir, python)
     if truth["launcher"] == "submitit":
         job_id = _submit_with_submitit(truth, state_dir, python, env or {})
     else:
@@ -283,6 +286,30 @@ def submit(name: str, state_dir: Path | str, *, env: Mapping[str, str] | None = 
         job_id = done.stdout.strip().split(";")[0]
     (state_dir / "job_id").write_text(job_id + "\n")
     return ScenarioRun(name=name, job_id=job_id, truth=truth, state_dir=state_dir)
+
+
+def _mount_stalled_dataset(truth: Mapping[str, Any], state_dir: Path, python: str) -> None:
+    """The truth's "stalled_mount": <state_dir>/dataset served by _stalled_mount.py (outside the
+    job, as a site's storage is), whose reads of the given ranks' shards from the given step
+    are never answered; it unmounts itself once the job (state_dir/job_id) has left squeue."""
+    mountpoint = state_dir / "dataset"
+    if os.path.ismount(mountpoint):  # an earlier run's, its server gone or going
+        _run(["umount", "-l", str(mountpoint)])
+    stall = truth["stalled_mount"]
+    with open(state_dir / "stalled_mount.log", "w") as log:  # the server keeps its own copy
+        subprocess.Popen(
+            [python, str(SCENARIO_DIR / "_stalled_mount.py"), str(mountpoint),
+             str(state_dir / "job_id"), "--stall-ranks", ",".join(str(r) for r in stall["ranks"]),
+             "--from-step", str(stall.get("from_step", 0)),
+             "--delay-s", str(stall.get("delay_s", 0.0))],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+            start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not os.path.ismount(mountpoint):
+        if time.monotonic() > deadline:
+            raise ScenarioError(f"{truth['name']}: {mountpoint} not mounted after 10 s: "
+                                + (state_dir / "stalled_mount.log").read_text()[-500:])
+        time.sleep(0.1)
 
 
 def _submit_with_submitit(truth: Mapping[str, Any], state_dir: Path, python: str,

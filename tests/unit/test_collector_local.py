@@ -1696,6 +1696,66 @@ def test_a_torn_pyspy_read_is_read_once_more(tmp_path: Path, failures: int, mess
         assert sample["threads"] is None and message.split(" Caused")[0] in sample["error"]
 
 
+def _suspend_hangs_pyspy(tmp_path: Path) -> tuple[str, Path]:
+    """A py-spy whose blocking dump never returns (a thread its suspend waits for for ever)
+    and whose --nonblocking dump is a real recording; its argument lists kept, one a line."""
+    dump = REPO / "tests/fixtures/py_spy/local_pyspy0.4_json_blocked.json"
+    calls = tmp_path / "calls"
+    tool = tmp_path / "py-spy"
+    tool.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> "{calls}"\n'
+        'case "$*" in *--nonblocking*) ;; *) exec sleep 60;; esac\n'
+        f'cat "{dump}"\n')
+    tool.chmod(0o755)
+    return str(tool), calls
+
+
+def test_a_suspend_that_never_completes_is_read_without_it_then_and_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a rank one of whose threads waits where no stop reaches it (another thread's read
+    # on a FUSE mount whose server does not answer: stalled_mount_read), so a blocking dump's
+    # suspend never completes
+    pyspy, calls = _suspend_hangs_pyspy(tmp_path)
+    monkeypatch.setattr(stacks, "SUSPEND_WAIT_S", 0.5)
+    monkeypatch.setattr(stacks, "_NOT_SUSPENDED", {})
+    dump = lambda: tools.run_tasks(
+        [stacks.dump_stack(pyspy, os.getpid(), True, tools.Clock(20))], 1)[0]
+    started = time.monotonic()
+    sample = dump()
+    # THEN after the suspend's wait it is read as it is (no native frames: they need it), said so
+    assert sample["threads"] and sample["error"] is None
+    assert sample["note"] == ("read with --nonblocking: its suspend did not complete in 0.5 s; "
+                              "native frames skipped (they need the suspend)")
+    assert time.monotonic() - started < 5
+    assert [("--nonblocking" in c, "--native" in c) for c in calls.read_text().splitlines()] == [
+        (False, True), (True, False)]
+    # AND the next round reads it so at once, without waiting for a suspend again
+    calls.unlink()
+    assert dump()["threads"] and "--nonblocking" in calls.read_text()
+    assert len(calls.read_text().splitlines()) == 1
+
+
+def test_a_main_thread_waiting_on_a_fuse_server_is_read_without_a_suspend(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a rank whose main thread waits for a FUSE server's answer (state S, wchan
+    # request_wait_answer: py-spy's interrupt would make the wait uninterruptible for ever)
+    pyspy, calls = _suspend_hangs_pyspy(tmp_path)
+    monkeypatch.setattr(stacks, "_NOT_SUSPENDED", {})
+    real_read = stacks._read
+    monkeypatch.setattr(stacks, "_read", lambda path, *a, **k: "request_wait_answer\n"
+                        if path.endswith("/wchan") else real_read(path, *a, **k))
+    sample = tools.run_tasks([stacks.dump_stack(pyspy, os.getpid(), False, tools.Clock(20))], 1)[0]
+    # THEN it is read with --nonblocking from the first try, and said why
+    assert sample["threads"] and calls.read_text().count("\n") == 1
+    assert sample["note"] == ("read with --nonblocking: its main thread waits for a FUSE file "
+                              "system's answer (request_wait_answer)")
+    # AND any other wait is read with the suspend, as before (the liar: a rank in a futex)
+    monkeypatch.setattr(stacks, "_read", lambda path, *a, **k: "futex_do_wait\n"
+                        if path.endswith("/wchan") else real_read(path, *a, **k))
+    assert stacks._unsuspendable(os.getpid(), "S", False) is None
+
+
 def _launched(threads: int, children: list[dict[str, str]], same_cmdline: bool = True) -> dict:
     """A node's srun task (SLURM_PROCID 1 of 2) with ``threads`` threads, and its Python
     children, each with the task's environment plus its own extra variables."""
