@@ -192,6 +192,10 @@ def _module_path(path: str) -> tuple[str, bool]:
         for i in range(len(parts) - 2, 0, -1):
             if parts[i] in _LIBRARY_DIRS:
                 return "/".join(parts[i:]), False
+            if parts[i].startswith("torchinductor_"):
+                # torch.compile's generated modules (/tmp/torchinductor_<user>/7r/c7rez....py):
+                # torch's code, not the job's
+                return "/".join(parts[i:]), False
         return p, True
     # A relative path: py-spy's short file name, relative to the sys.path entry it came from.
     first = p.split("/", 1)[0]

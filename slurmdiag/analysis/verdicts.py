@@ -139,6 +139,13 @@ NEXT_STEPS = {
         "look in that function for a loop or retry whose exit depends on the rank or its data; "
         "the other ranks are only waiting for it"
     ),
+    "compiling": (
+        "attach again in a minute or two: a compile ends. A rank found compiling again in a "
+        "later look recompiles: TORCH_LOGS=recompiles says which guard failed (a batch or "
+        "sequence length that changes: torch._dynamo.mark_dynamic, or pad to a few sizes); a "
+        "compile that never ends is the compiler's hang: py-spy dump the rank and its compile "
+        "workers"
+    ),
     "slow_step": (
         "attach again in a minute, or with a longer look (--samples 3 --interval 30): a rank "
         "still on that line is hung in native code (py-spy dump --native --pid PID shows the "
@@ -558,6 +565,12 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
             if _workers_running(proc, "child"):
                 return _Status(digest, "busy", "input", info.site, None, None, info)
             return _Status(digest, "blocked", "pool", info.site, None, None, info)
+        if info.kind == "lock" and _thread_waits_on_child(proc) \
+                and _running(_waited_children(proc)):
+            # waiting for its thread that waits for a child process that computes (a compiler
+            # run from a thread pool: torch.compile's C++ builds, healthy_compile_warmup): the
+            # rank works through it; an idle child leaves it blocked
+            return _Status(digest, "busy", "input", info.site, None, None, info)
         # subprocess.run's wait is "I/O" by its frames; the kernel says it waits for a child
         # (waitpid), or subprocess's own frames do (communicate polls the child's pipes)
         kind = ("child" if _wchan_hint(proc.wchan) == "child" or _in_subprocess(info)
@@ -644,6 +657,16 @@ def _in_subprocess(info: StackInfo) -> bool:
     for a child process: in waitpid, or polling the child's pipes (capture_output)."""
     return any(f.file.endswith("/subprocess.py") and f.function.startswith("Popen.")
                for f in info.frames if not f.native)
+
+
+def _thread_waits_on_child(proc: Rank) -> bool:
+    """A thread of the rank waits for a child process in its last sample: inside subprocess's
+    Popen (communicate, wait), or torch Inductor's compile-worker pool (compile_worker/)."""
+    last = proc.samples[-1] if proc.samples else None
+    return last is not None and any(
+        (f.file.endswith("/subprocess.py") and f.function.startswith("Popen."))
+        or "/_inductor/compile_worker/" in f.file
+        for thread in last.threads for f in thread.frames if not f.native)
 
 
 def _in_pool(info: StackInfo) -> bool:
@@ -1543,6 +1566,46 @@ def _slow_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
         "and is called spinning"
     )
     return _cannot_tell(verdict, "a slow step or a hang", why, NEXT_STEPS["slow_step"])
+
+
+#: torch.compile at work: Dynamo converting a Python frame, Inductor compiling a graph (a compiled
+#: function that runs has neither: only eval_frame.py's frames)
+COMPILE_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
+
+
+def _compiling(s: _Status) -> bool:
+    """The rank's main thread inside torch.compile's compiler in every sample read of it, and
+    at work there: on a CPU (Dynamo tracing, Inductor's code generation: Python holding the
+    GIL, what the spin rule calls spinning), or waiting for children that compute (the C++
+    builds of its compile workers). One idle there with its children idle too (a compile
+    worker that died or hangs) is not: it stays blocked."""
+    samples = [x for x in s.digest.proc.samples if x.threads]
+    threads = [main_thread(x, s.digest.proc.pid) for x in samples]
+    if not threads or not all(
+            t is not None and any(f.file.endswith(COMPILE_FILES) for f in t.frames)
+            for t in threads):
+        return False
+    return s.status == "busy" or bool(_running(w for w in s.digest.proc.workers
+                                               if w.role == "child"))
+
+
+def _compile_step(compiling: list[_Status], waiting: list[_Status]) -> Verdict:
+    """Ranks compiling with torch.compile while the rest wait for them: a job's first steps, or
+    a recompilation (a new shape), which a short look cannot tell from a hang; it ends (info,
+    low confidence; healthy_compile_warmup: a critical "spinning" before)."""
+    ranks = [c.rank for c in compiling]
+    sites = "; ".join(_unique(c.site for c in compiling))
+    verdict = replace(
+        _spinning(compiling, waiting, "info"),
+        summary=(f"{_ranks_label(ranks)} {_verb(ranks, 'compiles', 'compile')} with "
+                 f"torch.compile at {sites} while {_waiting_phrase(waiting)}"),
+        sites=_unique(c.site for c in compiling))
+    why = (f"{_ranks_label(ranks)}: the main thread inside torch.compile's compiler (Dynamo's "
+           "convert_frame, Inductor's compile_fx) in every sample, computing or waiting for its "
+           "compile workers' builds: a first step's or a recompilation's compile looks the same "
+           "as a hang for a short look, and ends")
+    return _cannot_tell(verdict, "a torch.compile compile or a hang", why,
+                        NEXT_STEPS["compiling"])
 
 
 def _cannot_tell(verdict: Verdict, what: str, why: str, next_step: str) -> Verdict:
@@ -2809,6 +2872,11 @@ def _hang_verdicts(
     if dead or (layout.missing and not ended):
         verdicts.append(_not_started_there(
             snapshot, _missing(dead, layout.missing, waiting, blocked + busy, layout.asked)))
+    compiling = [s for s in blocked + busy if _compiling(s)]
+    if compiling and len(compiling) == len(blocked) + len(busy) and waiting and not dead \
+            and not layout.missing and not ended:
+        verdicts.append(_compile_step(compiling, waiting))
+        blocked, busy = [], []
     if blocked and (waiting or dead or layout.missing or ended):
         verdicts.append(_straggler(blocked, waiting, severity))
         if ended and layout.missing:
