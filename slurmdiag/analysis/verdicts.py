@@ -440,6 +440,17 @@ def _is_busy(digest: RankDigest) -> bool:
     return digest.active or running or (cpu is not None and cpu >= BUSY_CPU_PERCENT)
 
 
+def _main_thread_computes(digest: RankDigest) -> bool:
+    """The main thread on a CPU: by its CPU time between samples (and the process' I/O), or,
+    with one sample, py-spy saw it active or the kernel has it runnable (state R). The
+    process' CPU is not asked: an NCCL rank's progress threads spin while its main thread
+    waits."""
+    measured = _measured_work(digest)
+    if measured is not None:
+        return measured
+    return digest.active or (digest.proc.state or "")[:1] == "R"
+
+
 def _measured_work(digest: RankDigest) -> bool | None:
     """Did the rank work between its samples, by its main thread's CPU time and the process'
     I/O counters? None when the snapshot holds no such measurement (one sample, old collector).
@@ -552,6 +563,11 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
         # its peers in that collective wait for it, and it cannot take part (stopped_in_collective)
         return _Status(digest, "blocked", "stopped", info.site, None, None, info)
     if info.kind == "collective":
+        if info.op == "backward" and _main_thread_computes(digest):
+            # autograd's backward waits in a collective only through DDP's or FSDP's hooks, idle
+            # (ddp_skipped_backward); a main thread that computes there runs the backward pass
+            # (a pipeline stage's: healthy_pipeline_schedule, one sample)
+            return _Status(digest, "busy", "compute", info.site, None, None, info)
         return _Status(digest, "waiting", "collective", info.site, info.op, info.position, info)
     if info.kind in BLOCKING_KINDS:
         if _measured_work(digest):
