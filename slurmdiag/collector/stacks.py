@@ -452,7 +452,8 @@ def reuse_sample(pid, previous, index, clock):
 
 
 #: How long a blocking dump may wait for the suspend of every thread (a dump of a torch rank
-#: takes 10-50 ms, ~0.5 s with 64 dumps at once on 2 cores) before it is read without it.
+#: takes 10-50 ms, ~0.5 s with 64 dumps at once on 2 cores) before it is read without it; a
+#: --native dump, which reads libtorch's symbols (seconds), keeps the whole timeout.
 SUSPEND_WAIT_S = 3.0
 #: pid -> why its blocking dump once timed out (read with --nonblocking from then on)
 _NOT_SUSPENDED = {}  # type: dict
@@ -514,8 +515,9 @@ def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
     if groups:
         argv.append("--locals")
     usage = read_usage(pid, stat)
+    # (--native reads the C libraries' symbols too, seconds for libtorch: its own timeout)
     rc, out, err, timeout_note = yield from tool_run(
-        argv, timeout if why else min(SUSPEND_WAIT_S, timeout))
+        argv, timeout if why or native else min(SUSPEND_WAIT_S, timeout))
     if not why and timeout_note and clock.left() > 1.0:
         # The suspend never completed: one of its threads waits in the kernel where no stop
         # reaches it (another thread's FUSE request: interrupted, its wait turned
