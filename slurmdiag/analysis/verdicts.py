@@ -677,11 +677,10 @@ def _in_subprocess(info: StackInfo) -> bool:
 
 def _thread_waits_on_child(proc: Rank) -> bool:
     """A thread of the rank waits for a child process in its last sample: inside subprocess's
-    Popen (communicate, wait), or torch Inductor's compile-worker pool (compile_worker/)."""
+    Popen (communicate, wait)."""
     last = proc.samples[-1] if proc.samples else None
     return last is not None and any(
-        (f.file.endswith("/subprocess.py") and f.function.startswith("Popen."))
-        or "/_inductor/compile_worker/" in f.file
+        f.file.endswith("/subprocess.py") and f.function.startswith("Popen.")
         for thread in last.threads for f in thread.frames if not f.native)
 
 

@@ -130,10 +130,10 @@ def _mark_relaunched_ranks(procs):
         if (info.get("argv") is None and not info.get("zombie") and parent is not None
                 and local is not None and local >= 0 and "RANK" not in info["env"]
                 and "LOCAL_RANK" not in parent["env"] and "RANK" not in parent["env"]
-                and _is_python(info) and _is_python(parent) and not _looks_multiprocessing(info)
-                and _script_of(info["cmdline"]) is not None
-                and _script_of(info["cmdline"]) == _script_of(parent["cmdline"])):
-            groups.setdefault(parent["pid"], []).append((info, local))
+                and _is_python(info) and _is_python(parent) and not _looks_multiprocessing(info)):
+            script = _script_of(info["cmdline"])
+            if script is not None and script == _script_of(parent["cmdline"]):
+                groups.setdefault(parent["pid"], []).append((info, local))
     for parent_pid, members in groups.items():
         parent = procs[parent_pid]
         count = len(members) + 1  # with the parent, local rank 0

@@ -204,11 +204,14 @@ def spawn_identity(threads):
 ELASTIC_WRAP_FILE = "torch/distributed/elastic/multiprocessing/api.py"
 
 
+def _is_elastic_wrap(frame):
+    return frame.get("name") == "_wrap" and (frame.get("filename") or "").endswith(
+        ELASTIC_WRAP_FILE)
+
+
 def _elastic_wrapped(threads):
     """Does a stack run below torch elastic's ``_wrap`` (a worker of elastic's agent)?"""
-    return any(frame.get("name") == "_wrap"
-               and (frame.get("filename") or "").endswith(ELASTIC_WRAP_FILE)
-               for frame in _frames_of(threads))
+    return any(_is_elastic_wrap(frame) for frame in _frames_of(threads))
 
 
 def elastic_worker_env(frames):
@@ -217,8 +220,7 @@ def elastic_worker_env(frames):
     first key, WORLD_SIZE the sixth and often cut."""
     out = {"rank": None, "world_size": None}
     for frame in frames:
-        if frame.get("name") == "_wrap" and (frame.get("filename") or "").endswith(
-                ELASTIC_WRAP_FILE):
+        if _is_elastic_wrap(frame):
             for item in frame.get("locals") or ():
                 if item.get("name") == "env_":
                     text = item.get("repr") or ""

@@ -855,7 +855,10 @@ def test_children_that_are_not_a_relaunch_stay_as_they_were(why: str, children_e
     assert not procs[100].get("relaunches"), why
     assert all("inferred" not in info or "runs its own script" not in info["inferred"]
                for info in procs.values()), why
-    # AND a parent of a launcher's one or two threads is no rank: a wrapper, not local rank 0
+
+
+def test_a_wrapper_or_a_rank_running_itself_again_is_no_relaunch() -> None:
+    # GIVEN a parent of a launcher's one or two threads: a wrapper, not local rank 0
     procs = _relaunching_node(0, [{"LOCAL_RANK": "1"}])
     procs[100]["stat"]["num_threads"] = 2
     discovery.classify(procs)
