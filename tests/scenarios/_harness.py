@@ -151,8 +151,11 @@ def setup(info: RankInfo | None = None) -> RankInfo:
     return info
 
 
-def init_distributed(info: RankInfo) -> None:
-    """init_process_group on gloo with a timeout long enough that hangs stay hung."""
+def init_distributed(info: RankInfo, file_store: bool = False) -> None:
+    """init_process_group on gloo with a timeout long enough that hangs stay hung.
+
+    ``file_store``: rendezvous through a file on the shared file system (torch's FileStore,
+    ``init_method="file://..."``: no TCP store, no MASTER_ADDR), in the job's state folder."""
     import torch
     import torch.distributed as dist
 
@@ -162,6 +165,16 @@ def init_distributed(info: RankInfo) -> None:
         import slurmdiag.torch
 
         slurmdiag.torch.install()
+    if file_store:
+        folder = os.environ.get("SLURMDIAG_SCENARIO_DIR") or f"/tmp/slurmdiag-filestore-{job_id()}"
+        dist.init_process_group(
+            backend="gloo",
+            init_method=f"file://{folder}/rendezvous",
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=PROCESS_GROUP_TIMEOUT,
+        )
+        return
     os.environ.setdefault("MASTER_ADDR", master_address())
     os.environ.setdefault("MASTER_PORT", str(derived_ports(job_id())[0]))
     dist.init_process_group(

@@ -47,7 +47,7 @@ def fetch_shard_index(rank: int) -> bytes:
     return client.recv(65536)  # CULPRIT
 
 
-def main(stuck: bool = False, endless: bool = False) -> None:
+def main(stuck: bool = False, endless: bool = False, file_store: bool = False) -> None:
     info = harness.setup()
     slow = info.rank == SLOW_RANK
     if slow:
@@ -59,7 +59,7 @@ def main(stuck: bool = False, endless: bool = False) -> None:
     if slow and stuck:
         fetch_shard_index(info.rank)
     build_shard_index(info.rank, (float("inf") if endless else BUILD_SECONDS) if slow else 0.1)
-    harness.init_distributed(info)  # WAITING
+    harness.init_distributed(info, file_store=file_store)  # WAITING
     harness.train_plainly(info, range(STEPS))
 
 
