@@ -1637,7 +1637,9 @@ def _cannot_tell(verdict: Verdict, what: str, why: str, next_step: str) -> Verdi
 
 
 def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
-    """Fewer ranks busy in their own code than wait for them, and every waiting rank waits in
+    """Fewer ranks busy in their own code than wait for them (as many when each waiting rank
+    waits for what a busy rank sends it: rank 0 preparing the weights it broadcasts to one
+    evaluator, healthy_eval_rank), and every waiting rank waits in
     a barrier, or in a rooted collective whose root is a busy rank: the shape of a rank-gated
     phase (``if rank == 0: prepare() / evaluate() / save()`` then a barrier; Hugging Face's
     main_process_first; a broadcast of what rank 0 prepares), which lasts as long as it
@@ -1646,9 +1648,10 @@ def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     init_process_group (slow_start_rank). A rank late for the step's own collective
     (spinning_rank) is not this, nor are ranks in a barrier on a subgroup (read from their
     locals) the busy ranks are not in."""
-    if not waiting or len(busy) >= len(waiting):
-        return False
     roots = {s.rank for s in busy}
+    sent = all(s.op in _ROOTED and _root_of(s) in roots for s in waiting)
+    if not waiting or len(busy) > len(waiting) or (len(busy) == len(waiting) and not sent):
+        return False
     # a barrier on a subgroup the busy ranks are not in does not wait for them
     if any(s.members and not roots <= set(s.members) for s in waiting):
         return False
@@ -2910,6 +2913,11 @@ def _hang_verdicts(
         verdicts.append(_slow_input(inputs, waiting))
     if movers and waiting and not computing and not verdicts:
         verdicts.append(_slow_transfer(movers, waiting))
+    awaited = _awaited(statuses, layout.world_size) if computing and waiting else None
+    if awaited and any(s.rank in awaited for s in computing):
+        # ranks computing outside every waiting rank's group are not what anyone waits for
+        # (healthy_eval_rank: trainers on a group of their own, an evaluator waiting for rank 0)
+        computing = [s for s in computing if s.rank in awaited]
     if computing and (waiting or dead or layout.missing):
         native = [s for s in computing if _native_step(s)]
         gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
@@ -3293,6 +3301,26 @@ def _locals_sample(proc: Rank) -> tuple[Sample | None, tuple[Frame, ...]]:
             thread = main_thread(sample, proc.pid)
             return sample, thread.frames if thread is not None else ()
     return None, ()
+
+
+def _awaited(statuses: list[_Status], world: int | None) -> set[int] | None:
+    """The ranks the waiting ranks wait with: the members of each one's collective's group,
+    when every waiting rank waits in a collective on a subgroup whose members were read from
+    the ranks' locals (groups.py; a membership record is complete only with every rank's
+    locals, so those of the ranks that do not wait are read too). None when a waiting rank
+    waits in another way (a lock, a store key, a peer), on the world, or on a group not read:
+    then any rank may be the one it waits for."""
+    waiting = [s for s in statuses if s.status == "waiting"]
+    if not waiting or any(s.kind != "collective" for s in waiting):
+        return None
+    view = read_groups(((s.rank, *_locals_sample(s.digest.proc)) for s in statuses), world)
+    awaited: set[int] = set()
+    for s in waiting:
+        name = view.collective.get(s.rank)
+        if name is None or name == WORLD or name not in view.members:
+            return None
+        awaited.update(view.members[name])
+    return awaited
 
 
 def _with_groups(statuses: list[_Status], world: int | None) -> tuple[list[_Status], list[str]]:

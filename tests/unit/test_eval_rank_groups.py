@@ -1,0 +1,67 @@
+"""Ranks computing outside the groups the waiting ranks wait on are not what they wait for
+(`healthy_eval_rank`, a real one-sample look with `--samples 1 --strace 0`).
+
+Ranks 0-2 train on ``new_group([0, 1, 2])``; rank 3 evaluates and waits in a broadcast on
+``new_group([0, 3])`` for the weights rank 0 sends every 4 steps. The look caught ranks 0-2 in
+their step's matrix products (native code, the GIL released) and rank 3 in the broadcast: "ranks
+0-2 are busy in their own code while rank 3 waits in broadcast", spinning, a warning on a healthy
+job. The ranks' locals say who is in which group (rank 3's ``trainers`` is -100, so are ranks
+1-2's ``evaluation``): only rank 0 can be what rank 3 waits for, and one rank preparing what it
+broadcasts to one other is a rank-gated phase, said and not alarmed on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from snapfactory import map_rank, recorded
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.snapshot import Rank, Sample
+
+LOOK = "healthy_eval_rank.samples1"
+
+
+def test_trainers_outside_the_evaluators_group_are_not_blamed() -> None:
+    verdict = diagnose(recorded(LOOK)).verdicts[0]
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("slow_step", "info", (0,))
+    assert verdict.summary.startswith("a rank-gated phase or a hang, cannot tell: rank 0 ")
+    assert "rank 3 waits in broadcast" in verdict.summary
+
+
+def _groups(sample: Sample, change) -> Sample:
+    return replace(sample, groups=tuple((i, name, change(name, text)) for i, name, text in sample.groups))
+
+
+def _member_of_everything(rank: Rank) -> Rank:
+    """The rank as one holding a group in every variable: its -100s replaced by a group."""
+    pg = "<torch._C._distributed_c10d.ProcessGroup at 0x7f0000000001>"
+    return replace(rank, samples=tuple(
+        _groups(s, lambda name, text: pg if text == "-100" else text) for s in rank.samples))
+
+
+def test_its_liar_groups_not_read_every_busy_rank_stays_a_suspect() -> None:
+    # WHEN ranks 1-2 hold a group in `evaluation` too, no variable records who is a member
+    snapshot = recorded(LOOK)
+    for number in (1, 2):
+        snapshot = map_rank(snapshot, number, _member_of_everything)
+    verdict = diagnose(snapshot).verdicts[0]
+    # THEN nothing proves ranks 1-2 are not awaited: the three busy ranks, one waiter, as before
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("spinning", "warning", (0, 1, 2))
+
+
+def _in_all_reduce(rank: Rank) -> Rank:
+    """The evaluator as waiting in an all_reduce over its group instead (no root)."""
+    def frames(thread):
+        return tuple(replace(f, function="all_reduce") if f.function == "broadcast" else f
+                     for f in thread.frames)
+    return replace(rank, samples=tuple(
+        replace(s, threads=tuple(replace(t, frames=frames(t)) for t in s.threads))
+        for s in rank.samples))
+
+
+def test_its_liar_a_rank_late_for_an_unrooted_collective_with_one_other_is_spinning() -> None:
+    # WHEN rank 3 waits in an all_reduce with rank 0 (a step's own collective, no root)
+    verdict = diagnose(map_rank(recorded(LOOK), 3, _in_all_reduce)).verdicts[0]
+    # THEN the one rank it waits for is still named, and not as a rank-gated phase
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("spinning", "warning", (0,))
+    assert "rank 3 waits in all_reduce" in verdict.summary
