@@ -127,7 +127,11 @@ def _verdict_lines(analysis: Analysis, paint: Paint) -> list[str]:
 
 def _one_verdict(verdict: Verdict, node_of: Mapping[int, str], paint: Paint) -> list[str]:
     severity = known_severity(verdict.severity)
-    unsure = " (low confidence: no frame of the job's own code)" if verdict.confidence == "low" else ""
+    unsure = ""
+    if verdict.confidence == "low":  # why, when the analysis said why (its "unsure:" evidence)
+        why = next((line[len("unsure: "):].split(" on the stacks")[0] for line in verdict.evidence
+                    if line.startswith("unsure: ")), None)
+        unsure = f" (low confidence: {why})" if why else " (low confidence)"
     lines = [f"{paint(severity, severity.upper())} {paint('bold', clean(verdict.kind))}{unsure}",
              f"  {clean(verdict.summary)}"]
     if verdict.culprit_ranks:

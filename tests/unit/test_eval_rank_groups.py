@@ -65,3 +65,14 @@ def test_its_liar_a_rank_late_for_an_unrooted_collective_with_one_other_is_spinn
     # THEN the one rank it waits for is still named, and not as a rank-gated phase
     assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("spinning", "warning", (0,))
     assert "rank 3 waits in all_reduce" in verdict.summary
+
+
+def test_the_terminal_says_why_it_is_unsure_only_when_the_analysis_said_it() -> None:
+    from slurmdiag.report.terminal import format_summary
+
+    # a short look that cannot tell a rank-gated phase from a hang, on the job's own frames:
+    # unsure, and not for want of the job's frames (it said so for every low confidence)
+    snapshot = recorded(LOOK)
+    lines = format_summary(snapshot, diagnose(snapshot), color=False, report_path=None)
+    assert any(line.startswith("INFO slow_step (low confidence)") for line in lines), lines
+    assert not any("no frame of the job's own code" in line for line in lines)

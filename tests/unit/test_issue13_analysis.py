@@ -409,7 +409,8 @@ def test_terminal_banner_says_when_a_verdict_is_unsure() -> None:
     parked = stack("wait threading.py:327", "get queue.py:171", "run threading.py:982")
     s = job(2, 2, lambda r: [parked] * 3 if r == 1 else [collective("all_reduce")] * 3)
     lines = format_summary(s, diagnose(s), color=False, report_path=None)
-    assert any(line.startswith("CRITICAL straggler (low confidence") for line in lines), lines
+    assert any(line.startswith("CRITICAL straggler (low confidence: no frame of the job's own code)")
+               for line in lines), lines
     sure = job(2, 2, lambda r: [in_user(40)] * 3 if r == 1 else [collective("all_reduce")] * 3,
                overrides={1: {"wchan": "hrtimer_nanosleep"}})
     assert not any("low confidence" in line for line in format_summary(
