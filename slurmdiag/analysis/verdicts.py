@@ -2879,6 +2879,13 @@ def _hang_verdicts(
     ended = all(s.ended for s in statuses)
     if ended and any(_works_at_exit(s) for s in statuses):
         return [_finishing(statuses, layout.missing)], False
+    # Ranks working or blocked outside every waiting rank's group are not what anyone waits
+    # for (healthy_eval_rank: trainers on a group of their own, an evaluator waiting for rank 0)
+    awaited = _awaited(statuses, layout.world_size) if waiting and (blocked or busy) else None
+    free = [s for s in blocked + busy if awaited is not None and s.rank not in awaited]
+    if free:
+        blocked = [s for s in blocked if s.rank in awaited]
+        busy = [s for s in busy if s.rank in awaited]
     finished = _finished_early(snapshot, layout, waiting, blocked, busy, dead)
     if finished:
         layout = replace(layout, missing=())
@@ -2913,11 +2920,6 @@ def _hang_verdicts(
         verdicts.append(_slow_input(inputs, waiting))
     if movers and waiting and not computing and not verdicts:
         verdicts.append(_slow_transfer(movers, waiting))
-    awaited = _awaited(statuses, layout.world_size) if computing and waiting else None
-    if awaited and any(s.rank in awaited for s in computing):
-        # ranks computing outside every waiting rank's group are not what anyone waits for
-        # (healthy_eval_rank: trainers on a group of their own, an evaluator waiting for rank 0)
-        computing = [s for s in computing if s.rank in awaited]
     if computing and (waiting or dead or layout.missing):
         native = [s for s in computing if _native_step(s)]
         gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
@@ -2949,6 +2951,15 @@ def _hang_verdicts(
                     )
                 ],
             )
+    if free and verdicts:
+        ranks = [s.rank for s in free]
+        if verdicts[0].kind == VerdictKind.ALL_WAITING:  # every rank of the groups, not the job
+            verdicts[0] = replace(verdicts[0], summary=verdicts[0].summary.replace(
+                "every known rank (", "every rank of the groups waited on (", 1))
+        verdicts[0] = _with_evidence(verdicts[0], [
+            f"{_ranks_label(ranks)} {_verb(ranks, 'works', 'work')} outside the groups the "
+            f"waiting ranks wait on ({_ranks_label(sorted(awaited or ()))} between them, read "
+            "from the ranks' locals): not what they wait for"])
     links = _stalled_links(statuses)
     if links and verdicts:
         if verdicts[0].kind == VerdictKind.ALL_WAITING:

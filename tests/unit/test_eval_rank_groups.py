@@ -76,3 +76,48 @@ def test_the_terminal_says_why_it_is_unsure_only_when_the_analysis_said_it() -> 
     lines = format_summary(snapshot, diagnose(snapshot), color=False, report_path=None)
     assert any(line.startswith("INFO slow_step (low confidence)") for line in lines), lines
     assert not any("no frame of the job's own code" in line for line in lines)
+
+
+TRAINERS_PG = "<torch._C._distributed_c10d.ProcessGroup at 0x7f00000000a0>"
+EVALUATION_PG = "<torch._C._distributed_c10d.ProcessGroup at 0x7f00000000b0>"
+
+
+def _with_group_locals(rank: Rank) -> Rank:
+    """The rank's first sample with the locals py-spy --locals shows: `trainers` (ranks 0-2)
+    and `evaluation` (ranks 0, 3) in train_step's frame, a group or -100; a collective's
+    `group` in its c10d frame."""
+    first = rank.samples[0]
+    frames = first.threads[0].frames
+    mine = next(i for i, f in enumerate(frames) if f.function == "train_step")
+    groups = [
+        (mine, "trainers", TRAINERS_PG if rank.rank in (0, 1, 2) else "-100"),
+        (mine, "evaluation", EVALUATION_PG if rank.rank in (0, 3) else "-100"),
+    ]
+    if frames[0].function == "all_reduce":
+        groups.insert(0, (0, "group", TRAINERS_PG))
+    return replace(rank, samples=(replace(first, groups=tuple(groups)), *rank.samples[1:]))
+
+
+def _evaluator_reading(groups_read: bool):
+    from snapfactory import collective, in_user, job
+
+    s = job(2, 2, lambda r: [in_user(40) if r == 3 else collective("all_reduce")] * 3,
+            overrides={3: {"wchan": "pipe_read"}})
+    if groups_read:
+        for number in range(4):
+            s = map_rank(s, number, _with_group_locals)
+    return s
+
+
+def test_a_rank_blocked_outside_the_trainers_group_is_not_their_straggler() -> None:
+    # GIVEN the trainers (0-2) stuck in their group's all_reduce, the evaluator (3) reading
+    verdict = diagnose(_evaluator_reading(groups_read=True)).verdicts[0]
+    # THEN the trainers wait for each other, not for the evaluator, which is not blamed
+    assert verdict.kind == "all_waiting", verdict.summary
+    assert verdict.summary.startswith("every rank of the groups waited on (0-2) waits in all_reduce")
+    assert 3 not in verdict.culprit_ranks
+    assert any(line.startswith("rank 3 works outside the groups the waiting ranks wait on (ranks 0-2")
+               for line in verdict.evidence), verdict.evidence
+    # its liar: the same stacks without the groups read: the reader is the straggler
+    verdict = diagnose(_evaluator_reading(groups_read=False)).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (3,)), verdict.summary
