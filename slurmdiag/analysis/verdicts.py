@@ -2881,8 +2881,8 @@ def _hang_verdicts(
         return [_finishing(statuses, layout.missing)], False
     # Ranks working or blocked outside every waiting rank's group are not what anyone waits
     # for (healthy_eval_rank: trainers on a group of their own, an evaluator waiting for rank 0)
-    awaited = _awaited(statuses, layout.world_size) if waiting and (blocked or busy) else None
-    free = [s for s in blocked + busy if awaited is not None and s.rank not in awaited]
+    awaited = (_awaited(statuses, layout.world_size) if waiting and (blocked or busy) else None) or set()
+    free = [s for s in blocked + busy if awaited and s.rank not in awaited]
     if free:
         blocked = [s for s in blocked if s.rank in awaited]
         busy = [s for s in busy if s.rank in awaited]
@@ -2956,10 +2956,10 @@ def _hang_verdicts(
         if verdicts[0].kind == VerdictKind.ALL_WAITING:  # every rank of the groups, not the job
             verdicts[0] = replace(verdicts[0], summary=verdicts[0].summary.replace(
                 "every known rank (", "every rank of the groups waited on (", 1))
-        verdicts[0] = _with_evidence(verdicts[0], [
+        verdicts[0] = _with_evidence(verdicts[0], [(
             f"{_ranks_label(ranks)} {_verb(ranks, 'works', 'work')} outside the groups the "
-            f"waiting ranks wait on ({_ranks_label(sorted(awaited or ()))} between them, read "
-            "from the ranks' locals): not what they wait for"])
+            f"waiting ranks wait on ({_ranks_label(sorted(awaited))} between them, read "
+            "from the ranks' locals): not what they wait for")])
     links = _stalled_links(statuses)
     if links and verdicts:
         if verdicts[0].kind == VerdictKind.ALL_WAITING:
