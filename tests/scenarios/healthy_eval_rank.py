@@ -12,6 +12,7 @@ evaluation): must never alarm.
 
 from __future__ import annotations
 
+import socket
 import time
 
 import _harness as harness
@@ -40,14 +41,15 @@ def flat_weights(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def train(info: harness.RankInfo, trainers: dist.ProcessGroup, evaluation: dist.ProcessGroup) -> None:
+def train(info: harness.RankInfo, trainers: dist.ProcessGroup, evaluation: dist.ProcessGroup,
+          stuck: bool) -> None:
     model = training.build_model()
     for step in range(STEPS):
         busy(STEP_SECONDS)
         loss = training.compute_loss(model, training.synthetic_batch(info.rank, step))
         loss.backward()
         grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        dist.all_reduce(grads, group=trainers)
+        dist.all_reduce(grads, group=trainers)  # WAITING
         offset = 0
         with torch.no_grad():
             for param in model.parameters():
@@ -56,12 +58,23 @@ def train(info: harness.RankInfo, trainers: dist.ProcessGroup, evaluation: dist.
                 param.grad = None
         harness.log(info, f"step {step} loss {loss.item():.4f}")
         if info.rank == 0 and step % EVAL_EVERY == 0:
-            dist.broadcast(flat_weights(model), src=0, group=evaluation)
+            dist.broadcast(flat_weights(model), src=0, group=evaluation)  # WAITING
         if step == 2 * EVAL_EVERY:
-            harness.report_ready(info, "training", role="healthy")
+            harness.report_ready(info, "training", role="waiting" if stuck else "healthy")
 
 
-def evaluate_forever(info: harness.RankInfo, evaluation: dist.ProcessGroup) -> None:
+def publish(round_: int, loss: float) -> None:
+    """Post the evaluation to the team's metrics service, which takes the connection into its
+    backlog and never answers; the request has no timeout."""
+    service = socket.socket()
+    service.bind(("127.0.0.1", 0))
+    service.listen(1)
+    client = socket.create_connection(service.getsockname())
+    client.sendall(f"POST /metrics round={round_} loss={loss:.4f}\n".encode())
+    client.recv(4096)  # CULPRIT
+
+
+def evaluate_forever(info: harness.RankInfo, evaluation: dist.ProcessGroup, stuck: bool) -> None:
     model = training.build_model()
     weights = flat_weights(model)
     for round_ in range(STEPS // EVAL_EVERY + 1):
@@ -72,18 +85,21 @@ def evaluate_forever(info: harness.RankInfo, evaluation: dist.ProcessGroup) -> N
             loss = training.compute_loss(model, training.synthetic_batch(info.rank, round_))
         harness.log(info, f"step {round_} loss {loss.item():.4f} (evaluation of step {round_ * EVAL_EVERY})")
         if round_ == 2:
-            harness.report_ready(info, "evaluating", role="healthy")
+            harness.report_ready(info, "publishing its evaluation" if stuck else "evaluating",
+                                 role="culprit" if stuck else "healthy")
+            if stuck:
+                publish(round_, loss.item())
 
 
-def main() -> None:
+def main(stuck: bool = False) -> None:
     info = harness.setup()
     harness.init_distributed(info)
     trainers = dist.new_group(TRAINERS)
     evaluation = dist.new_group([0, EVALUATOR])
     if info.rank == EVALUATOR:
-        evaluate_forever(info, evaluation)
+        evaluate_forever(info, evaluation, stuck)
     else:
-        train(info, trainers, evaluation)
+        train(info, trainers, evaluation, stuck)
     dist.destroy_process_group()
 
 

@@ -121,3 +121,12 @@ def test_a_rank_blocked_outside_the_trainers_group_is_not_their_straggler() -> N
     # its liar: the same stacks without the groups read: the reader is the straggler
     verdict = diagnose(_evaluator_reading(groups_read=False)).verdicts[0]
     assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (3,)), verdict.summary
+
+
+def test_its_liar_the_evaluator_the_trainers_wait_for_through_rank_0_stays_the_straggler() -> None:
+    # eval_rank_stuck (a real look): rank 3 hangs posting its metrics; rank 0 waits for it in
+    # the evaluation group's broadcast, ranks 1-2 for rank 0 in the trainers' all_reduce. Rank 3
+    # is in no group ranks 1-2 wait on, but in rank 0's: it is awaited, and the culprit.
+    verdict = diagnose(recorded("eval_rank_stuck.samples1")).verdicts[0]
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("straggler", "warning", (3,))
+    assert not any("outside the groups" in line for line in verdict.evidence)
