@@ -713,6 +713,11 @@ def group_node_problems(nodes: Iterable[Node]) -> list[NodeProblem]:
     return problems
 
 
+# The collector's note on a rank numbered from its launcher's task and its place among its
+# siblings (discovery's inferences: no RANK in its environment)
+_INFERRED = re.compile(r"rank \d+ inferred as ")
+
+
 def node_problems(node: Node) -> list[tuple[str, str, str]]:
     """(level, what, message) for everything that went wrong collecting one node."""
     problems: list[tuple[str, str, str]] = []
@@ -721,7 +726,11 @@ def node_problems(node: Node) -> list[tuple[str, str, str]]:
     problems.extend(("warn", "collector error", error) for error in node.errors)
     for rank in node.ranks:
         who = f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
-        problems.extend(("warn", f"{who} error", error) for error in rank.errors)
+        for error in rank.errors:
+            if _INFERRED.match(error):  # how discovery numbered a rank: said, not an error
+                problems.append(("info", f"{who} identity", error))
+            else:
+                problems.append(("warn", f"{who} error", error))
         for sample in rank.samples:
             if sample.error:
                 problems.append(("warn", "py-spy error", sample.error))
