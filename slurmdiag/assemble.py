@@ -178,6 +178,7 @@ def _recent_traffic(raw: nd.RecentTraffic | None) -> RecentTraffic | None:
             for c in raw.get("stalled") or ()
             if isinstance(c, dict)
         ),
+        quiet_ms=_int(raw.get("quiet_ms")),
     )
 
 

@@ -97,6 +97,7 @@ class RecentTraffic(TypedDict, total=False):
     checked: int  # established connections looked up
     active: list[RecentConnection]  # those that carried data within_ms, newest first
     stalled: list[StalledConnection]  # unacknowledged data retransmitted on timeout, if any
+    quiet_ms: int  # ms since any of them last sent or received data (absent: none checked)
 
 
 class FileLock(TypedDict, total=False):

@@ -155,6 +155,9 @@ class RecentTraffic:
     checked: int
     active: tuple[RecentConnection, ...] = ()
     stalled: tuple[StalledConnection, ...] = ()
+    # ms since any of the established connections checked last sent or received data: how long
+    # the rank has moved nothing over TCP (None: none checked, or an older collector)
+    quiet_ms: int | None = None
 
 
 @dataclass(frozen=True)

@@ -2897,9 +2897,13 @@ def _hang_verdicts(
     if dead or (layout.missing and not ended):
         verdicts.append(_not_started_there(
             snapshot, _missing(dead, layout.missing, waiting, blocked + busy, layout.asked)))
+    # waiting ranks that moved nothing over TCP for longer than a phase may last: no "cannot
+    # tell" for them (their ranks-busy verdicts say what they would say of a hang)
+    waited = _quiet_s(waiting)
+    long_wait = waited is not None and waited >= LONG_WAIT_S
     compiling = [s for s in blocked + busy if _compiling(s)]
     if compiling and len(compiling) == len(blocked) + len(busy) and waiting and not dead \
-            and not layout.missing and not ended:
+            and not layout.missing and not ended and not long_wait:
         verdicts.append(_compile_step(compiling, waiting))
         blocked, busy = [], []
     if blocked and (waiting or dead or layout.missing or ended):
@@ -2925,9 +2929,11 @@ def _hang_verdicts(
         gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
         # one slow rank waited for by the rest, on CPU: with NCCL a hung collective surfaces
         # as ranks busy without the GIL at the next sync (.item()), and that stays "spinning"
-        if len(native) == len(computing) < len(waiting) and not verdicts and not gpus:
+        if len(native) == len(computing) < len(waiting) and not verdicts and not gpus \
+                and not long_wait:
             verdicts.append(_slow_step(computing, waiting))
-        elif not verdicts and not dead and not layout.missing and _gated_phase(computing, waiting):
+        elif not verdicts and not dead and not layout.missing and not long_wait \
+                and _gated_phase(computing, waiting):
             verdicts.append(_gated_step(computing, waiting))
         else:
             verdicts.append(_spinning(computing, waiting, severity))
@@ -2951,6 +2957,8 @@ def _hang_verdicts(
                     )
                 ],
             )
+    if waited is not None and verdicts and verdicts[0].kind in (*HANG_KINDS, VerdictKind.SLOW_STEP):
+        verdicts[0] = _with_evidence(verdicts[0], [_quiet_line(waiting, waited, long_wait)])
     if free and verdicts:
         ranks = [s.rank for s in free]
         if verdicts[0].kind == VerdictKind.ALL_WAITING:  # every rank of the groups, not the job
@@ -3312,6 +3320,37 @@ def _locals_sample(proc: Rank) -> tuple[Sample | None, tuple[Frame, ...]]:
             thread = main_thread(sample, proc.pid)
             return sample, thread.frames if thread is not None else ()
     return None, ()
+
+
+#: How long waiting ranks that move nothing over TCP make "a slow phase or a hang, cannot tell"
+#: a hang (s): torch's default process-group timeout for NCCL, which ends a job whose ranks wait
+#: longer in a collective: a rank-gated phase, a compile or a compute step that long is not one
+#: a job survives with the defaults.
+LONG_WAIT_S = 600.0
+
+
+def _quiet_s(waiting: list[_Status]) -> float | None:
+    """Seconds since any waiting rank last sent or received data on any of its connections
+    (tcp_info when strace stopped): at least how long they have waited; None when not read for
+    every one of them (no strace, no sockets read, an older collector)."""
+    quiet = [s.digest.proc.recent_traffic.quiet_ms for s in waiting
+             if s.digest.proc.recent_traffic is not None]
+    if not waiting or len(quiet) < len(waiting) or any(q is None for q in quiet):
+        return None
+    return min(q for q in quiet if q is not None) / 1000
+
+
+def _quiet_line(waiting: list[_Status], seconds: float, long_wait: bool) -> str:
+    ranks = [s.rank for s in waiting]
+    span = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+    line = (f"{_ranks_label(ranks)} {_verb(ranks, 'has', 'have')} moved no data on any "
+            f"connection for {span} (tcp_info): {_verb(ranks, 'it has', 'they have')} waited "
+            "at least that long")
+    if long_wait:
+        line += (f"; longer than {LONG_WAIT_S / 60:.0f} min, torch's default process-group "
+                 "timeout for NCCL: not a phase a job survives with the defaults, most likely "
+                 "a hang")
+    return line
 
 
 def _awaited(statuses: list[_Status], world: int | None) -> set[int] | None:

@@ -642,6 +642,8 @@ def read_recent_traffic(run):
         within = int(entry["strace"]["window_s"] * 1000) + RECENT_SLACK_MS
         mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
         traffic = {"within_ms": within, "checked": len(mine), "active": _active(mine, within)}
+        if mine:  # how long the rank has moved nothing on any connection: how long it waits
+            traffic["quiet_ms"] = min(min(times[:2]) for times, _ in mine)
         # sent and never acknowledged, retransmitted on timeout: the path loses what it carries
         stalled = [{"local": local, "remote": remote, "unacked": unacked,
                     "retransmits": retransmits, "backoff": backoff, "last_ack_ms": last_ack}

@@ -108,6 +108,13 @@ def test_verdicts_in_terminal_output_json_and_report(scenario_run, tmp_path):
     assert saved["verdicts"][0]["kind"] == "mismatched_collective"
     assert saved["verdicts"][0]["culprit_ranks"] == run.truth["culprit_ranks"]
     assert saved["report"] == str(out / "report.html") and (out / "report.html").exists()
+    # AND every rank's connections were read when strace stopped: none carried data in its
+    # 2-s window or since the hang, which the verdict says as how long they have waited
+    ranks = [r for n in saved["nodes"] for r in n["ranks"]]
+    assert len(ranks) == 4 and all(r["recent_traffic"]["quiet_ms"] >= 1500 for r in ranks), [
+        r["recent_traffic"] for r in ranks]
+    assert any("have moved no data on any connection for" in line
+               for line in saved["verdicts"][0]["evidence"]), saved["verdicts"][0]["evidence"]
     # AND --json prints the snapshot with its verdicts on stdout
     as_json = subprocess.run([sys.executable, "-m", "slurmdiag.cli", "attach", run.job_id,
                               "--json", "--no-report", "--samples", "2", "--out", str(tmp_path / "j")],

@@ -353,6 +353,12 @@ def test_connections_are_looked_up_again_when_strace_stops(job: dict, collected:
             assert set(conn) == {"local", "remote", "last_sent_ms", "last_received_ms"}
             assert min(conn["last_sent_ms"], conn["last_received_ms"]) <= recent["within_ms"]
             assert f"127.0.0.1:{job['port']}" in (conn["local"], conn["remote"])
+            # how long the rank moved nothing: no longer than since any connection's data
+            assert recent["quiet_ms"] <= min(conn["last_sent_ms"], conn["last_received_ms"])
+        # present when a connection was checked, its least time since data, and only then
+        assert ("quiet_ms" in recent) == (recent["checked"] > 0)
+        if recent["checked"]:
+            assert isinstance(recent["quiet_ms"], int) and recent["quiet_ms"] >= 0
 
 
 def test_decoys_are_never_inspected(job: dict, collected: dict) -> None:
