@@ -2900,7 +2900,9 @@ def _hang_verdicts(
     # waiting ranks that moved nothing over TCP for longer than a phase may last: no "cannot
     # tell" for them (their ranks-busy verdicts say what they would say of a hang)
     waited = _quiet_s(waiting)
-    long_wait = waited is not None and waited >= LONG_WAIT_S
+    gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
+    timeout = LONG_WAIT_S["nccl" if gpus else "gloo"]
+    long_wait = waited is not None and waited >= timeout
     compiling = [s for s in blocked + busy if _compiling(s)]
     if compiling and len(compiling) == len(blocked) + len(busy) and waiting and not dead \
             and not layout.missing and not ended and not long_wait:
@@ -2926,7 +2928,6 @@ def _hang_verdicts(
         verdicts.append(_slow_transfer(movers, waiting))
     if computing and (waiting or dead or layout.missing):
         native = [s for s in computing if _native_step(s)]
-        gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
         # one slow rank waited for by the rest, on CPU: with NCCL a hung collective surfaces
         # as ranks busy without the GIL at the next sync (.item()), and that stays "spinning"
         if len(native) == len(computing) < len(waiting) and not verdicts and not gpus \
@@ -2958,7 +2959,8 @@ def _hang_verdicts(
                 ],
             )
     if waited is not None and verdicts and verdicts[0].kind in (*HANG_KINDS, VerdictKind.SLOW_STEP):
-        verdicts[0] = _with_evidence(verdicts[0], [_quiet_line(waiting, waited, long_wait)])
+        verdicts[0] = _with_evidence(verdicts[0], [
+            _quiet_line(waiting, waited, timeout if long_wait else None, "NCCL" if gpus else "gloo")])
     if free and verdicts:
         ranks = [s.rank for s in free]
         if verdicts[0].kind == VerdictKind.ALL_WAITING:  # every rank of the groups, not the job
@@ -3323,10 +3325,10 @@ def _locals_sample(proc: Rank) -> tuple[Sample | None, tuple[Frame, ...]]:
 
 
 #: How long waiting ranks that move nothing over TCP make "a slow phase or a hang, cannot tell"
-#: a hang (s): torch's default process-group timeout for NCCL, which ends a job whose ranks wait
-#: longer in a collective: a rank-gated phase, a compile or a compute step that long is not one
-#: a job survives with the defaults.
-LONG_WAIT_S = 600.0
+#: a hang (s): torch's default process-group timeout, which ends a job whose ranks wait longer
+#: in a collective (NCCL's on nodes with GPUs, gloo's elsewhere): a rank-gated phase, a compile
+#: or a compute step that long is not one a job survives with the defaults.
+LONG_WAIT_S = {"nccl": 600.0, "gloo": 1800.0}
 
 
 def _quiet_s(waiting: list[_Status]) -> float | None:
@@ -3340,16 +3342,16 @@ def _quiet_s(waiting: list[_Status]) -> float | None:
     return min(q for q in quiet if q is not None) / 1000
 
 
-def _quiet_line(waiting: list[_Status], seconds: float, long_wait: bool) -> str:
+def _quiet_line(waiting: list[_Status], seconds: float, timeout: float | None, backend: str) -> str:
     ranks = [s.rank for s in waiting]
     span = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
     line = (f"{_ranks_label(ranks)} {_verb(ranks, 'has', 'have')} moved no data on any "
             f"connection for {span} (tcp_info): {_verb(ranks, 'it has', 'they have')} waited "
             "at least that long")
-    if long_wait:
-        line += (f"; longer than {LONG_WAIT_S / 60:.0f} min, torch's default process-group "
-                 "timeout for NCCL: not a phase a job survives with the defaults, most likely "
-                 "a hang")
+    if timeout is not None:
+        line += (f"; longer than {timeout / 60:.0f} min, torch's default process-group "
+                 f"timeout for {backend}: not a phase a job survives with the defaults, most "
+                 "likely a hang")
     return line
 
 

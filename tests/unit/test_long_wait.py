@@ -1,6 +1,7 @@
 """How long the waiting ranks have waited, from their connections' tcp_info (``quiet_ms``: ms
 since any connection of the rank last carried data), said in the evidence; past torch's default
-NCCL timeout (10 min) a look's "a slow phase or a hang, cannot tell" becomes the hang verdict.
+process-group timeout (gloo's 30 min; NCCL's 10 min on nodes with GPUs) a look's "a slow phase
+or a hang, cannot tell" becomes the hang verdict.
 
 On real recordings of `make accuracy` (whose collector did not read ``quiet_ms`` yet), the
 waiting ranks' value set as a later collector reads it: rank0_prepare_endless (rank 0 counts
@@ -16,7 +17,7 @@ import pytest
 from snapfactory import map_rank, recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.snapshot import Rank, Snapshot
+from slurmdiag.snapshot import Gpu, GpuState, Rank, Snapshot
 
 MINUTE_MS = 60_000
 
@@ -43,12 +44,32 @@ def test_a_cannot_tell_look_whose_waiters_waited_past_the_timeout_is_a_hang(
     snapshot = recorded(look)
     before = diagnose(snapshot).verdicts[0]
     assert (before.kind, before.severity) == ("slow_step", "info")
-    # WHEN the waiting ranks have moved no data for 15 minutes
-    verdict = diagnose(_quiet(snapshot, dict.fromkeys(waiting, 15 * MINUTE_MS))).verdicts[0]
+    # WHEN the waiting ranks (gloo, CPU nodes) have moved no data for 35 minutes
+    verdict = diagnose(_quiet(snapshot, dict.fromkeys(waiting, 35 * MINUTE_MS))).verdicts[0]
     # THEN the busy rank is the hang's culprit, and the evidence says why
     assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("spinning", "critical", (busy,))
-    assert any("moved no data on any connection for 15 min" in line
-               and "most likely a hang" in line for line in verdict.evidence), verdict.evidence
+    assert any("moved no data on any connection for 35 min" in line
+               and "longer than 30 min, torch's default process-group timeout for gloo" in line
+               for line in verdict.evidence), verdict.evidence
+
+
+def _with_gpus(snapshot: Snapshot) -> Snapshot:
+    """Every node with one GPU (the job's collectives on NCCL, whose default timeout is 10 min)."""
+    state = GpuState(status="ok", gpus=(Gpu(index=0, name="NVIDIA H100 80GB HBM3"),))
+    return replace(snapshot, nodes=tuple(replace(n, gpus=state) for n in snapshot.nodes))
+
+
+def test_the_timeout_is_the_backends_nccl_on_gpu_nodes_gloo_elsewhere() -> None:
+    look = recorded("rank0_prepare_endless.default.gated")
+    quiet = dict.fromkeys((1, 2, 3), 15 * MINUTE_MS)
+    # 15 minutes: past NCCL's default (GPU nodes), short of gloo's (CPU nodes)
+    on_gpus = diagnose(_quiet(_with_gpus(look), quiet)).verdicts[0]
+    assert (on_gpus.kind, on_gpus.severity, on_gpus.culprit_ranks) == ("spinning", "critical", (0,))
+    assert any("longer than 10 min, torch's default process-group timeout for NCCL" in line
+               for line in on_gpus.evidence), on_gpus.evidence
+    on_cpus = diagnose(_quiet(look, quiet)).verdicts[0]
+    assert (on_cpus.kind, on_cpus.severity) == ("slow_step", "info")
+    assert any("moved no data on any connection for 15 min" in line for line in on_cpus.evidence)
 
 
 def test_a_short_wait_is_said_and_changes_nothing() -> None:
@@ -64,7 +85,7 @@ def test_its_liar_one_waiter_still_talking_keeps_the_look_undecided() -> None:
     # a waiting rank that moved data a moment ago (a store it polls, a peer it answers): the
     # waiters' wait is the shortest of theirs
     snapshot = _quiet(recorded("rank0_prepare_endless.default.gated"),
-                      {1: 15 * MINUTE_MS, 2: 300, 3: 15 * MINUTE_MS})
+                      {1: 45 * MINUTE_MS, 2: 300, 3: 45 * MINUTE_MS})
     verdict = diagnose(snapshot).verdicts[0]
     assert (verdict.kind, verdict.severity) == ("slow_step", "info")
 
