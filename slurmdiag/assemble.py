@@ -215,7 +215,8 @@ def _blocked_calls(raw: list[nd.BlockedCall] | None) -> tuple[BlockedCall, ...]:
             tid=tid, call=str(item["call"]), fd=fd,
             target=str(item["target"]) if item.get("target") else None,
             local=str(item["local"]) if item.get("local") else None,
-            remote=str(item["remote"]) if item.get("remote") else None))
+            remote=str(item["remote"]) if item.get("remote") else None,
+            wchan=str(item["wchan"]) if item.get("wchan") else None))
     return tuple(calls)
 
 

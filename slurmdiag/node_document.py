@@ -124,6 +124,7 @@ class BlockedCall(TypedDict, total=False):
     target: str | None  # /proc/PID/fd/FD's link: socket:[INODE], pipe:[INODE], a path
     local: str  # a socket's endpoints, when the collector's socket reading saw it
     remote: str
+    wchan: str  # a call on a file: where its thread sleeps (/proc/PID/task/TID/wchan)
 
 
 class FlightRecorder(TypedDict, total=False):

@@ -197,6 +197,7 @@ class BlockedCall:
     target: str | None = None
     local: str | None = None
     remote: str | None = None
+    wchan: str | None = None  # a call on a file: where its thread sleeps in the kernel
 
 
 @dataclass(frozen=True)

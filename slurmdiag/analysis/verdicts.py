@@ -1064,7 +1064,8 @@ def _waits_on_thread(s: _Status) -> str:
             or (_joins_a_thread(s) and s.via):
         return ""  # (a join moved to the thread it joins says so in its via)
     threads = "; ".join(text for text, _ in s.digest.side_threads[:2])
-    return f" (its main thread waits on thread {threads})"
+    fuse = ", which waits for a FUSE file system that does not answer" if _thread_on_fuse(s) else ""
+    return f" (its main thread waits on thread {threads}{fuse})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1428,6 +1429,8 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
     # thread (a future, an event, a join), not on a lock some thread holds
     step = "thread" if main_kind == "lock" and any(_waits_for_thread(s) for s in blocked) \
         else main_kind
+    if step == "thread" and any(_thread_on_fuse(s) for s in blocked):
+        step = "fuse"  # the thread the main one waits for waits on a mount that does not answer
     if all(s.ended for s in blocked) and any(s.digest.side_threads for s in blocked):
         step = "exit"
         if any(_feeder_stuck(s) for s in blocked):
@@ -2022,9 +2025,18 @@ def _call_evidence(s: _Status) -> list[str]:
         lines.append(line)
     files = [c for c in proc.blocked_calls if (c.target or "").startswith("/")]
     for c in files[:max(0, 3 - len(lines))]:
+        fuse = f", {_BLOCK_PHRASES['fuse']}" if _wchan_hint(c.wchan) == "fuse" else ""
         lines.append(f"rank {s.rank}: {_thread_label(proc, c.tid, with_tid=True)} in {c.call} "
-                     f"on {c.target}")
+                     f"on {c.target}{fuse}")
     return lines
+
+
+def _thread_on_fuse(s: _Status) -> bool:
+    """A thread of the rank other than its main one waits in a call on a file of a FUSE file
+    system that does not answer (its wchan; the main thread's own is the rank's)."""
+    pid = s.digest.proc.pid
+    return any(c.tid != pid and (c.target or "").startswith("/") and _wchan_hint(c.wchan) == "fuse"
+               for c in s.digest.proc.blocked_calls)
 
 
 def _finishing(statuses: list[_Status], missing: Sequence[int]) -> Verdict:

@@ -118,23 +118,34 @@ def blocked_calls(pid, machine=None):
             except OSError:
                 target = None
         found.append({"tid": int(tid), "call": call[0], "fd": call[1], "target": target})
+        if target and target.startswith("/"):
+            # where in the kernel a call on a file sleeps: a FUSE server's answer
+            # (request_wait_answer), a page, a lock; the main thread's is /proc/PID/wchan
+            wchan = _task_wchan(pid, tid)
+            if wchan:
+                found[-1]["wchan"] = wchan
         if len(found) >= MAX_CALLS:
             break
     return found
 
 
-# Does the thread sleep in a poll's kernel wait (a restarted poll's, or select's)?
-def _polls(pid, tid):
+def _task_wchan(pid, tid):
     try:
         fd = os.open(f"/proc/{pid}/task/{tid}/wchan", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
     try:
-        return b"poll" in os.read(fd, 128)
+        text = os.read(fd, 128).decode("ascii", "replace").strip()
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
+    return text if text and text != "0" else None
+
+
+# Does the thread sleep in a poll's kernel wait (a restarted poll's, or select's)?
+def _polls(pid, tid):
+    return "poll" in (_task_wchan(pid, tid) or "")
 
 
 # (fd, its target) of the first socket in the pollfd array a thread polls, or None (no socket,

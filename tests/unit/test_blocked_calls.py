@@ -332,3 +332,71 @@ def test_wait4_of_any_child_has_no_target() -> None:
     assert parse_syscall("61 0xffffffffffffffff 0x7ffd 0x0 0x0 0x0 0x0 0x7ffd 0x7f3b", x86) == (
         "wait4", -1)
     assert parse_syscall("61 0x1f4 0x7ffd 0x0 0x0 0x0 0x0 0x7ffd 0x7f3b", x86) == ("wait4", 500)
+
+
+# A process whose "reader" thread blocks reading a FIFO nobody writes (a path, not a pipe:[N])
+# while its main thread waits for it.
+FIFO_READER = r"""
+import os, sys, threading
+path = sys.argv[1]
+os.mkfifo(path)
+def read():
+    fd = os.open(path, os.O_RDWR)  # opened for both: no writer to wait for, the read blocks
+    os.read(fd, 1)
+reader = threading.Thread(target=read, name="reader")
+reader.start()
+print(os.getpid(), flush=True)
+reader.join()
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in FD_CALLS, reason="no system call table here")
+def test_a_thread_in_a_call_on_a_file_is_read_with_where_it_sleeps(tmp_path: Path) -> None:
+    fifo = tmp_path / "shard.fifo"
+    proc = subprocess.Popen([sys.executable, "-c", FIFO_READER, str(fifo)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    try:
+        pid = int(proc.stdout.readline())
+        deadline = time.monotonic() + 10
+        calls: list[dict] = []
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+            calls = [c for c in blocked_calls(pid) if c["target"] == str(fifo)]
+        # THEN the reader's read on the FIFO's path, with its thread's kernel wait
+        assert len(calls) == 1 and calls[0]["tid"] != pid and calls[0]["call"] == "read", calls
+        assert "pipe" in calls[0]["wchan"], calls
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+PREFETCH = "stalled_mount_prefetch.default.thread_wchan"
+
+
+def test_a_thread_waited_for_on_a_mount_that_does_not_answer_is_said_so() -> None:
+    # stalled_mount_prefetch (a real look): rank 2's main thread in Future.result(), its prefetch
+    # thread in read on the stalled FUSE mount (wchan request_wait_answer)
+    snapshot = Snapshot.from_json((ACCURACY / f"{PREFETCH}.json").read_text())
+    verdict = diagnose(snapshot).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
+    assert verdict.next_step is not None and "FUSE file system" in verdict.next_step
+    assert "which waits for a FUSE file system that does not answer" in verdict.summary
+    assert any(line.endswith("waiting for a FUSE file system that does not answer "
+                             "(request_wait_answer)") for line in verdict.evidence)
+
+
+def _thread_wchan(rank: Rank, wchan: str | None) -> Rank:
+    return replace(rank, blocked_calls=tuple(replace(c, wchan=wchan) for c in rank.blocked_calls))
+
+
+@pytest.mark.parametrize("wchan", [None, "pipe_read"])
+def test_its_liar_a_thread_waited_for_elsewhere_is_a_thread_wait(wchan: str | None) -> None:
+    snapshot = Snapshot.from_json((ACCURACY / f"{PREFETCH}.json").read_text())
+    snapshot = replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(_thread_wchan(r, wchan) if r.rank == 2 else r for r in n.ranks))
+        for n in snapshot.nodes))
+    verdict = diagnose(snapshot).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
+    assert verdict.next_step is not None and "FUSE" not in verdict.next_step
+    assert "FUSE" not in verdict.summary
