@@ -49,6 +49,8 @@ def test_ranks_waiting_on_a_mount_that_does_not_answer_are_read_and_named(
     assert "check that server process" in verdict.next_step
     for rank in (2, 3):
         assert any(line.startswith(f"rank {rank}: thread MainThread")
-                   and line.endswith(f"in read on {run.state_dir}/dataset/shard-{rank}-0003.bin")
+                   and line.endswith(f"in read on {run.state_dir}/dataset/shard-{rank}-0003.bin, "
+                                     "waiting for a FUSE file system that does not answer "
+                                     "(request_wait_answer)")
                    for line in verdict.evidence), verdict.evidence
     assert {n.name for n, r in snapshot.all_ranks() if r.rank in (2, 3)} == {ranks[2]["node"]}
