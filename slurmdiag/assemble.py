@@ -179,6 +179,7 @@ def _recent_traffic(raw: nd.RecentTraffic | None) -> RecentTraffic | None:
             if isinstance(c, dict)
         ),
         quiet_ms=_int(raw.get("quiet_ms")),
+        read_at=str(raw["read_at"]) if raw.get("read_at") else None,
     )
 
 

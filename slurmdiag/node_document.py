@@ -98,6 +98,7 @@ class RecentTraffic(TypedDict, total=False):
     active: list[RecentConnection]  # those that carried data within_ms, newest first
     stalled: list[StalledConnection]  # unacknowledged data retransmitted on timeout, if any
     quiet_ms: int  # ms since any of them last sent or received data (absent: none checked)
+    read_at: str  # "look": read at the look's end without strace (absent: when strace stopped)
 
 
 class FileLock(TypedDict, total=False):

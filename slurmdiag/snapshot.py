@@ -158,6 +158,9 @@ class RecentTraffic:
     # ms since any of the established connections checked last sent or received data: how long
     # the rank has moved nothing over TCP (None: none checked, or an older collector)
     quiet_ms: int | None = None
+    # "look": read at the end of a look without strace (within_ms the last second of it); None:
+    # when strace stopped (within_ms its window and a slack)
+    read_at: str | None = None
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ from slurmdiag.snapshot import (
     LogFinding,
     Rank,
     RecentConnection,
+    RecentTraffic,
     Sample,
     Snapshot,
     StalledConnection,
@@ -1745,11 +1746,19 @@ def _works_at_exit(s: _Status) -> bool:
     of a large upload is one system call that returns only at its end), or transfer calls;
     but not data that moved only beside the connections its threads wait on (_quiet_waits)."""
     digest = s.digest
-    recent = digest.proc.recent_traffic
+    recent = _windowed(digest.proc)
     calls = _traffic(digest)
     moved = bool((recent is not None and recent.active)
                  or (calls is not None and calls >= TRAFFIC_CALLS))
     return bool(_measured_work(digest) or (moved and not _quiet_waits(digest.proc)))
+
+
+def _windowed(proc: Rank) -> RecentTraffic | None:
+    """The rank's connections looked up again when strace stopped (which carried data in its
+    window), or None: not read then (no strace; a look without strace reads them at its end,
+    ``read_at`` "look", which only the look's own rules read)."""
+    recent = proc.recent_traffic
+    return recent if recent is not None and recent.read_at != "look" else None
 
 
 def _socket_waits(proc: Rank) -> list[BlockedCall]:
@@ -1780,7 +1789,7 @@ def _quiet_waits(proc: Rank) -> bool:
     strace's window, and none on one that did: the data the window saw moved beside them (a
     daemon's heartbeat, a monitor), not what they wait for (exit_heartbeat_stuck). False when
     the collector read no such call or no traffic (an older collector, no strace)."""
-    recent = proc.recent_traffic
+    recent = _windowed(proc)
     waits = _socket_waits(proc)
     if recent is None or not waits:
         return False
@@ -1800,7 +1809,7 @@ def _moving_data(proc: Rank) -> tuple[BlockedCall, RecentConnection] | None:
     """The send or receive the rank's main thread sits in, with its connection, when that
     connection carried data in strace's window: the call is moving data, however long it lasts
     (a large upload to a throttled store: rank0_upload_barrier); None otherwise."""
-    recent = proc.recent_traffic
+    recent = _windowed(proc)
     if recent is None:
         return None
     active: dict[tuple[str | None, str | None], RecentConnection] = {
@@ -1824,7 +1833,7 @@ def _thread_moving_data(proc: Rank) -> tuple[BlockedCall, RecentConnection] | No
     data in strace's window, when no other thread sits in one on a quiet connection (the one
     a main thread may be waiting for: exit_heartbeat_stuck's uploader, beside a heartbeat
     that sends); None otherwise."""
-    recent = proc.recent_traffic
+    recent = _windowed(proc)
     if recent is None:
         return None
     active: dict[tuple[str | None, str | None], RecentConnection] = {
@@ -2013,7 +2022,7 @@ def _call_evidence(s: _Status) -> list[str]:
     whether that connection carried data in strace's window; then those that sit in a call on
     a file, named by its path (the mount that does not answer: stalled_mount_read)."""
     proc = s.digest.proc
-    recent = proc.recent_traffic
+    recent = _windowed(proc)
     active = {(c.local, c.remote) for c in recent.active} if recent is not None else None
     lines = []
     for c in _socket_waits(proc)[:3]:
@@ -2057,7 +2066,7 @@ def _finishing(statuses: list[_Status], missing: Sequence[int]) -> Verdict:
     )
     evidence = [_proc_evidence(s) for s in statuses[:8]]
     for s in working[:8]:
-        recent = s.digest.proc.recent_traffic
+        recent = _windowed(s.digest.proc)
         if recent is not None and recent.active:
             c = recent.active[0]
             evidence.append(f"rank {s.rank}: data on {c.local} -> {c.remote} "
@@ -2697,15 +2706,41 @@ def _collective_traffic(digest: RankDigest, store: frozenset[str],
     connections name; with no endpoint of any rank known, any connection but the store's
     counts.
     """
-    recent = digest.proc.recent_traffic
+    return _rank_traffic(_windowed(digest.proc), store, ranks)
+
+
+def _rank_traffic(recent: RecentTraffic | None, store: frozenset[str],
+                  ranks: tuple[frozenset[str], frozenset[str]], within_ms: int | None = None
+                  ) -> bool | None:
+    """_collective_traffic's test on ``recent``'s connections, those that carried data in the
+    last ``within_ms`` only when given."""
     if recent is None or not recent.checked:
         return None
     ends, anywhere = ranks
     return any(
         _port(c.local) not in store and _port(c.remote) not in store
         and (not ends or c.remote in ends or _port(c.remote) in anywhere)
+        and (within_ms is None or min(c.last_sent_ms, c.last_received_ms) <= within_ms)
         for c in recent.active
     )
+
+
+#: A look without strace: a rank whose connections to other ranks carried data this long before
+#: its end (tcp_info) completes collectives (ms); a healthy step's move data every few hundred ms.
+LOOK_MOVED_MS = 250
+
+
+def _talking_in_the_look(statuses: list[_Status], store: frozenset[str],
+                         ranks: tuple[frozenset[str], frozenset[str]]) -> tuple[list[_Status], int]:
+    """(the ranks whose connections to other ranks carried data in the last LOOK_MOVED_MS of a
+    look without strace, out of how many were read so): a one-sample look's sign that the
+    collectives complete, the way strace's window is for a longer one. A rank at a start-up op
+    in every sample (_forming) does not count, nor does a store's traffic."""
+    looked = [s for s in statuses if s.kind != "peer" and s.digest.proc.recent_traffic is not None
+              and s.digest.proc.recent_traffic.read_at == "look"]
+    talking = [s for s in looked if not _forming(s)
+               and _rank_traffic(s.digest.proc.recent_traffic, store, ranks, LOOK_MOVED_MS)]
+    return talking, len(looked)
 
 
 def _forming(s: _Status) -> bool:
@@ -2748,7 +2783,7 @@ def _stuck_off_network(s: _Status) -> bool:
 
 def _moved_on(digest: RankDigest) -> str:
     """", data on N of its M connections meanwhile" when the connections were looked up."""
-    recent = digest.proc.recent_traffic
+    recent = _windowed(digest.proc)
     if recent is None or not recent.checked:
         return ""
     return f", data on {len(recent.active)} of its {recent.checked} connections meanwhile"
@@ -2773,6 +2808,29 @@ def _progressing_by_traffic(
         severity="info",
         summary=f"the job is progressing, not hung: {len(ranks)} of {traced} traced ranks "
         f"({format_int_ranges(ranks)}) moved data over the network while strace watched",
+        evidence=tuple(evidence),
+        next_step=NEXT_STEPS["progressing"],
+    )
+
+
+def _progressing_in_the_look(statuses: list[_Status], moved: list[_Status], looked: int) -> Verdict:
+    ranks = [s.rank for s in moved]
+    evidence = []
+    for s in moved[:4]:
+        recent = s.digest.proc.recent_traffic
+        if recent is not None and recent.active:
+            c = recent.active[0]
+            evidence.append(f"rank {s.rank}: data on {c.local} -> {c.remote} "
+                            f"{min(c.last_sent_ms, c.last_received_ms)} ms before the look ended"
+                            f" ({len(recent.active)} of its {recent.checked} connections in "
+                            f"its last {recent.within_ms / 1000:.1f} s)")
+    evidence.append("the stacks caught the ranks at: " + "; ".join(_group_evidence(statuses, limit=3)))
+    return Verdict(
+        kind=VerdictKind.PROGRESSING,
+        severity="info",
+        summary=f"the job is progressing, not hung: {len(ranks)} of {looked} ranks "
+        f"({format_int_ranges(ranks)}) moved data to other ranks in the look's last "
+        f"{LOOK_MOVED_MS / 1000:.1f} s (tcp_info)",
         evidence=tuple(evidence),
         next_step=NEXT_STEPS["progressing"],
     )
@@ -2861,6 +2919,11 @@ def _hang_verdicts(
         # The stacks look the same in every sample (the samples all landed in the same phase),
         # but strace saw most ranks move data: collectives complete, the job progresses.
         return [_progressing_by_traffic(statuses, talking, len(traced_known))], False
+    moved, looked = _talking_in_the_look(statuses, store, ends) if not traced_known else ([], 0)
+    if (moved and 2 * len(moved) > looked and not dead and not layout.missing
+            and not any(_stuck_off_network(s) for s in statuses)):
+        # one look without strace: most ranks moved data to other ranks in its last half second
+        return [_progressing_in_the_look(statuses, moved, looked)], False
 
     single = merge.max_samples < 2
     severity = "warning" if single else "critical"

@@ -147,6 +147,8 @@ def collect(options, clock, doc, status):
     if run.tracing is not None:
         finish_strace(*run.tracing)
         read_recent_traffic(run)
+    else:
+        read_look_traffic(run)
     read_children_traffic(run)
     read_children_io(run)
     if options["flight_recorder"] and run.ranks:
@@ -651,6 +653,34 @@ def read_recent_traffic(run):
                    if unacked and retransmits]
         if stalled:
             traffic["stalled"] = stalled[:MAX_RECENT]
+        entry["recent_traffic"] = traffic
+
+
+#: Without strace, the connections that carried data this long before the look's end (ms): a
+#: step's collectives move data every few hundred milliseconds, a hung rank's none since the hang.
+LOOK_RECENT_MS = 1000
+
+
+def read_look_traffic(run):
+    """Without strace (``--strace 0``): which established connections of each rank carried data
+    in the last LOOK_RECENT_MS, and how long each rank has moved nothing (tcp_info's times, the
+    sockets read in round one read again): a one-sample look's sign that collectives complete,
+    the way strace's window is for a longer one (``read_at`` "look")."""
+    ids = run.sockets.get("ids") or {}
+    ranks = [e for e in run.ranks if ids.get(e["pid"])]
+    if not ranks:
+        return
+    try:
+        activity = recent_activity({key for e in ranks for key, _, _ in ids[e["pid"]]})
+    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
+        run.errors.append(f"recent traffic not read: {exc}")
+        return
+    for entry in ranks:
+        mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
+        traffic = {"within_ms": LOOK_RECENT_MS, "checked": len(mine), "read_at": "look",
+                   "active": _active(mine, LOOK_RECENT_MS)}
+        if mine:
+            traffic["quiet_ms"] = min(min(times[:2]) for times, _ in mine)
         entry["recent_traffic"] = traffic
 
 

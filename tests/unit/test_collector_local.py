@@ -361,6 +361,23 @@ def test_connections_are_looked_up_again_when_strace_stops(job: dict, collected:
             assert isinstance(recent["quiet_ms"], int) and recent["quiet_ms"] >= 0
 
 
+def test_without_strace_the_connections_are_read_again_at_the_looks_end(job: dict) -> None:
+    # WHEN the collector takes one sample and no strace (`--samples 1 --strace 0`)
+    doc, _, _, _ = run_collector({"job_id": JOB, "node": "nodeX", "samples": 1, "interval": 0.5,
+                                  "strace_s": 0, "strace": [], "deadline_s": 25.0})
+    by_pid = {p["pid"]: p for p in doc["processes"]}
+    # THEN rank 2's two established ends are read with their tcp_info at the look's end: which
+    # carried data in its last second, and how long the rank has moved nothing
+    recent = by_pid[job["ranks"][2]]["recent_traffic"]
+    assert recent["read_at"] == "look" and recent["within_ms"] == 1000 and recent["checked"] == 2
+    assert isinstance(recent["quiet_ms"], int) and recent["quiet_ms"] >= 0
+    for conn in recent["active"]:
+        assert min(conn["last_sent_ms"], conn["last_received_ms"]) <= 1000
+        assert recent["quiet_ms"] <= min(conn["last_sent_ms"], conn["last_received_ms"])
+    # AND ranks without a connection have none to read
+    assert all("recent_traffic" not in by_pid[job["ranks"][r]] for r in (0, 1))
+
+
 def test_decoys_are_never_inspected(job: dict, collected: dict) -> None:
     pids = {p["pid"] for p in collected["doc"]["processes"]}
     assert not pids & set(job["decoys"])
