@@ -2922,7 +2922,7 @@ def _hang_verdicts(
     moved, looked = _talking_in_the_look(statuses, store, ends) if not traced_known else ([], 0)
     if (moved and 2 * len(moved) > looked and not dead and not layout.missing
             and not any(_stuck_off_network(s) for s in statuses)):
-        # one look without strace: most ranks moved data to other ranks in its last half second
+        # a look without strace: most ranks moved data to other ranks in its last 0.25 s
         return [_progressing_in_the_look(statuses, moved, looked)], False
 
     single = merge.max_samples < 2
@@ -3408,8 +3408,9 @@ LONG_WAIT_S = {"nccl": 600.0, "gloo": 1800.0}
 
 def _quiet_s(waiting: list[_Status]) -> float | None:
     """Seconds since any waiting rank last sent or received data on any of its connections
-    (tcp_info when strace stopped): at least how long they have waited; None when not read for
-    every one of them (no strace, no sockets read, an older collector)."""
+    (tcp_info when strace stopped, or at the end of a look without strace): at least how long
+    they have waited; None when not read for every one of them (no connection, no sockets
+    read, an older collector)."""
     quiet = [s.digest.proc.recent_traffic.quiet_ms for s in waiting
              if s.digest.proc.recent_traffic is not None]
     if not waiting or len(quiet) < len(waiting) or any(q is None for q in quiet):
