@@ -633,16 +633,10 @@ def read_recent_traffic(run):
     ids = run.sockets.get("ids") or {}
     traced = [e for e in run.ranks
               if (e.get("strace") or {}).get("status") == "ok" and e["pid"] in ids]
-    if not traced:
-        return
-    try:
-        activity = recent_activity({key for e in traced for key, _, _ in ids[e["pid"]]})
-    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
-        run.errors.append(f"recent traffic not read: {exc}")
-        return
-    for entry in traced:
+    found = _activity_now(run, traced, "recent traffic") if traced else None
+    for entry in traced if found is not None else ():
         within = int(entry["strace"]["window_s"] * 1000) + RECENT_SLACK_MS
-        mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
+        mine = found[entry["pid"]]
         traffic = {"within_ms": within, "checked": len(mine), "active": _active(mine, within)}
         if mine:  # how long the rank has moved nothing on any connection: how long it waits
             traffic["quiet_ms"] = min(min(times[:2]) for times, _ in mine)
@@ -668,15 +662,9 @@ def read_look_traffic(run):
     the way strace's window is for a longer one (``read_at`` "look")."""
     ids = run.sockets.get("ids") or {}
     ranks = [e for e in run.ranks if ids.get(e["pid"])]
-    if not ranks:
-        return
-    try:
-        activity = recent_activity({key for e in ranks for key, _, _ in ids[e["pid"]]})
-    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
-        run.errors.append(f"recent traffic not read: {exc}")
-        return
-    for entry in ranks:
-        mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
+    found = _activity_now(run, ranks, "recent traffic") if ranks else None
+    for entry in ranks if found is not None else ():
+        mine = found[entry["pid"]]
         traffic = {"within_ms": LOOK_RECENT_MS, "checked": len(mine), "read_at": "look",
                    "active": _active(mine, LOOK_RECENT_MS)}
         if mine:
@@ -696,17 +684,25 @@ def read_children_traffic(run):
     wait in a barrier). The sockets read in round one; no strace needed (tcp_info's times)."""
     ids = run.sockets.get("ids") or {}
     children = [e for e in run.entries if e["role"] == "child" and ids.get(e["pid"])]
-    if not children:
-        return
-    try:
-        activity = recent_activity({key for e in children for key, _, _ in ids[e["pid"]]})
-    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
-        run.errors.append(f"children's traffic not read: {exc}")
-        return
-    for entry in children:
-        mine = [(activity[key], ends) for key, *ends in ids[entry["pid"]] if key in activity]
+    found = _activity_now(run, children, "children's traffic") if children else None
+    for entry in children if found is not None else ():
+        mine = found[entry["pid"]]
         entry["recent_traffic"] = {"within_ms": CHILD_RECENT_MS, "checked": len(mine),
                                    "active": _active(mine, CHILD_RECENT_MS)}
+
+
+def _activity_now(run, entries, what):
+    """{pid: [(tcp_info times, [local, remote])]}: the established connections round one found
+    for each of ``entries``, read again now (through copies of their descriptors, else by
+    netlink lookups); None when the reading failed, said in the document's errors."""
+    ids = run.sockets.get("ids") or {}
+    try:
+        activity = recent_activity({key for e in entries for key, _, _ in ids[e["pid"]]})
+    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
+        run.errors.append(f"{what} not read: {exc}")
+        return None
+    return {e["pid"]: [(activity[key], ends) for key, *ends in ids[e["pid"]] if key in activity]
+            for e in entries}
 
 
 def _active(mine, within):
