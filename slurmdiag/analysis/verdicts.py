@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 
 from slurmdiag.analysis.flight import flight_verdicts
 from slurmdiag.analysis.gpu import gpu_findings
-from slurmdiag.analysis.groups import WORLD, read_groups
+from slurmdiag.analysis.groups import WORLD, GroupView, read_groups
 from slurmdiag.analysis.model import Analysis, RankView
 from slurmdiag.analysis.nic import nic_findings, watchdog_disagreement, watchdog_findings
 from slurmdiag.analysis.stacks import (
@@ -2884,7 +2884,8 @@ def _hang_verdicts(
     statuses, peer_note = _peer_waits(statuses)
     if peer_note is None:
         statuses, peer_note = _poll_waits(statuses)
-    statuses, group_notes = _with_groups(statuses, layout.world_size)
+    groups = _group_view(statuses, layout.world_size)
+    statuses, group_notes = _with_groups(statuses, groups, layout.world_size)
     by_status: dict[str, list[_Status]] = {}
     for s in statuses:
         by_status.setdefault(s.status, []).append(s)
@@ -2956,7 +2957,7 @@ def _hang_verdicts(
         return [_finishing(statuses, layout.missing)], False
     # Ranks working or blocked outside every waiting rank's group are not what anyone waits
     # for (healthy_eval_rank: trainers on a group of their own, an evaluator waiting for rank 0)
-    awaited = (_awaited(statuses, layout.world_size) if waiting and (blocked or busy) else None) or set()
+    awaited = (_awaited(statuses, groups) if waiting and (blocked or busy) else None) or set()
     free = [s for s in blocked + busy if awaited and s.rank not in awaited]
     if free:
         blocked = [s for s in blocked if s.rank in awaited]
@@ -3431,17 +3432,20 @@ def _quiet_line(waiting: list[_Status], seconds: float, timeout: float | None, b
     return line
 
 
-def _awaited(statuses: list[_Status], world: int | None) -> set[int] | None:
+def _group_view(statuses: list[_Status], world: int | None) -> GroupView:
+    """The process groups read from every rank's locals (groups.py): a membership record is
+    complete only with every rank's, those of the ranks that do not wait included."""
+    return read_groups(((s.rank, *_locals_sample(s.digest.proc)) for s in statuses), world)
+
+
+def _awaited(statuses: list[_Status], view: GroupView) -> set[int] | None:
     """The ranks the waiting ranks wait with: the members of each one's collective's group,
-    when every waiting rank waits in a collective on a subgroup whose members were read from
-    the ranks' locals (groups.py; a membership record is complete only with every rank's
-    locals, so those of the ranks that do not wait are read too). None when a waiting rank
-    waits in another way (a lock, a store key, a peer), on the world, or on a group not read:
-    then any rank may be the one it waits for."""
+    when every waiting rank waits in a collective on a subgroup whose members ``view`` read.
+    None when a waiting rank waits in another way (a lock, a store key, a peer), on the world,
+    or on a group not read: then any rank may be the one it waits for."""
     waiting = [s for s in statuses if s.status == "waiting"]
     if not waiting or any(s.kind != "collective" for s in waiting):
         return None
-    view = read_groups(((s.rank, *_locals_sample(s.digest.proc)) for s in statuses), world)
     awaited: set[int] = set()
     for s in waiting:
         name = view.collective.get(s.rank)
@@ -3451,7 +3455,8 @@ def _awaited(statuses: list[_Status], world: int | None) -> set[int] | None:
     return awaited
 
 
-def _with_groups(statuses: list[_Status], world: int | None) -> tuple[list[_Status], list[str]]:
+def _with_groups(statuses: list[_Status], view: GroupView, world: int | None
+                 ) -> tuple[list[_Status], list[str]]:
     """Ranks waiting in collectives, keyed by their collective's process group too, when every
     one's group was read from its locals (groups.py) and they are not all on one group: ranks
     that wait at the same line on different groups do not wait with each other. Otherwise
@@ -3459,7 +3464,6 @@ def _with_groups(statuses: list[_Status], world: int | None) -> tuple[list[_Stat
     waiting = [s for s in statuses if s.status == "waiting" and s.kind == "collective"]
     if not waiting:
         return statuses, []
-    view = read_groups(((s.rank, *_locals_sample(s.digest.proc)) for s in waiting), world)
     unknown = [s.rank for s in waiting if s.rank not in view.collective]
     if unknown:
         return statuses, [

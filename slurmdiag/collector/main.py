@@ -634,7 +634,9 @@ def read_recent_traffic(run):
     traced = [e for e in run.ranks
               if (e.get("strace") or {}).get("status") == "ok" and e["pid"] in ids]
     found = _activity_now(run, traced, "recent traffic") if traced else None
-    for entry in traced if found is not None else ():
+    if found is None:
+        return
+    for entry in traced:
         within = int(entry["strace"]["window_s"] * 1000) + RECENT_SLACK_MS
         mine = found[entry["pid"]]
         traffic = {"within_ms": within, "checked": len(mine), "active": _active(mine, within)}
@@ -663,7 +665,9 @@ def read_look_traffic(run):
     ids = run.sockets.get("ids") or {}
     ranks = [e for e in run.ranks if ids.get(e["pid"])]
     found = _activity_now(run, ranks, "recent traffic") if ranks else None
-    for entry in ranks if found is not None else ():
+    if found is None:
+        return
+    for entry in ranks:
         mine = found[entry["pid"]]
         traffic = {"within_ms": LOOK_RECENT_MS, "checked": len(mine), "read_at": "look",
                    "active": _active(mine, LOOK_RECENT_MS)}
@@ -685,7 +689,9 @@ def read_children_traffic(run):
     ids = run.sockets.get("ids") or {}
     children = [e for e in run.entries if e["role"] == "child" and ids.get(e["pid"])]
     found = _activity_now(run, children, "children's traffic") if children else None
-    for entry in children if found is not None else ():
+    if found is None:
+        return
+    for entry in children:
         mine = found[entry["pid"]]
         entry["recent_traffic"] = {"within_ms": CHILD_RECENT_MS, "checked": len(mine),
                                    "active": _active(mine, CHILD_RECENT_MS)}
