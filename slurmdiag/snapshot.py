@@ -161,6 +161,10 @@ class RecentTraffic:
     # "look": read at the end of a look without strace (within_ms the last second of it); None:
     # when strace stopped (within_ms its window and a slack)
     read_at: str | None = None
+    # whether each of the rank's gloo process groups' worker threads ran during strace's window,
+    # in the order the groups were made (the default group first); () below two groups, or
+    # without strace
+    gloo_ran: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2755,6 +2755,38 @@ def _forming(s: _Status) -> bool:
     return s.status == "waiting" and s.op in STARTUP_OPS and s.digest.settled
 
 
+#: How long a gloo group's workers must have slept (ms) for its collectives to be known to
+#: complete nothing: a collective's data comes in chunks, read by the group's loop thread, and
+#: a worker wakes when one is whole (healthy_metrics_group's 8-MB chunks: one-sample looks saw
+#: its default group's workers asleep for their ~0.1 s while the data flowed). strace's
+#: default window is 2 s.
+GLOO_ASLEEP_MS = 1500
+
+
+def _default_group_slept(s: _Status, groups: GroupView) -> bool:
+    """A rank waiting in a collective on the default group whose gloo workers slept through
+    strace's window, GLOO_ASLEEP_MS at least (``recent_traffic.gloo_ran``, the groups in the
+    order they were made, the default one first): a collective that completes wakes its
+    group's workers, so whatever data its connections moved then was not that collective's.
+    Found with heartbeat_group_hang: every rank's health thread all_reduces on a second group
+    ten times a second while the main threads hang, and the traffic rule called the job
+    progressing. Only the default group is placed (made first); a collective on another group,
+    or one whose group the locals do not say (DDP's, from autograd), is not judged. What would
+    make this lie: a default group made after another gloo group (TORCH_GLOO_LAZY_INIT; a job
+    whose default group is NCCL's and its gloo groups side ones: not judged on nodes with
+    GPUs). Its liar as a job: healthy_metrics_group (a large all_reduce on the default group
+    beside an idle metrics group): its workers sleep while a chunk comes in, so a
+    one-sample look without strace (~0.1 s from its dump, which wakes every thread, to its
+    end) cannot tell, and is not judged (a false alarm when it was): such a look of
+    heartbeat_group_hang stays a miss."""
+    recent = s.digest.proc.recent_traffic
+    traced = s.digest.proc.strace
+    return (s.status == "waiting" and recent is not None and len(recent.gloo_ran) > 1
+            and not recent.gloo_ran[0] and groups.collective.get(s.rank) == WORLD
+            and recent.read_at != "look" and traced is not None
+            and traced.window_s * 1000 >= GLOO_ASLEEP_MS)
+
+
 # Kernel waits outside the network: a pipe, a network or local file system, a disk.
 _OFF_NETWORK_WCHAN = ("pipe", "nfs", "rpc_", "io_schedule", "wait_on_page", "folio_wait",
                       "request_wait_answer")
@@ -2912,8 +2944,12 @@ def _hang_verdicts(
     traced_known = [(s, n) for s, n in traced if n is not None]
     procs = [s.digest.proc for s in statuses]
     store, ends = _store_ports(procs), _rank_endpoints(procs)
+    gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
+    # a rank whose data moved on another group than the one it waits on (heartbeat_group_hang);
+    # on GPU nodes the default group is most likely NCCL's, and the gloo ones side groups
+    elsewhere = set() if gpus else {s.rank for s in statuses if _default_group_slept(s, groups)}
     talking = [(s, n) for s, n in traced_known
-               if n >= TRAFFIC_CALLS and not _forming(s)
+               if n >= TRAFFIC_CALLS and not _forming(s) and s.rank not in elsewhere
                and _collective_traffic(s.digest, store, ends) is not False]
     if (talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing
             and not any(_stuck_off_network(s) for s in statuses)):
@@ -2975,8 +3011,8 @@ def _hang_verdicts(
             snapshot, _missing(dead, layout.missing, waiting, blocked + busy, layout.asked)))
     # waiting ranks that moved nothing over TCP for longer than a phase may last: no "cannot
     # tell" for them (their ranks-busy verdicts say what they would say of a hang)
-    waited = _quiet_s(waiting)
-    gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
+    # a rank whose connections carry another group's data has its quiet time cut by it
+    waited = None if elsewhere & {s.rank for s in waiting} else _quiet_s(waiting)
     timeout = LONG_WAIT_S["nccl" if gpus else "gloo"]
     long_wait = waited is not None and waited >= timeout
     compiling = [s for s in blocked + busy if _compiling(s)]
@@ -3034,7 +3070,8 @@ def _hang_verdicts(
                     )
                 ],
             )
-    if waited is not None and verdicts and verdicts[0].kind in (*HANG_KINDS, VerdictKind.SLOW_STEP):
+    if (waited is not None and waited >= QUIET_SAID_S and verdicts
+            and verdicts[0].kind in (*HANG_KINDS, VerdictKind.SLOW_STEP)):
         verdicts[0] = _with_evidence(verdicts[0], [
             _quiet_line(waiting, waited, timeout if long_wait else None, "NCCL" if gpus else "gloo")])
     if free and verdicts:
@@ -3062,6 +3099,11 @@ def _hang_verdicts(
         verdicts = [
             _with_evidence(v, [peer_note]) if v.kind in HANG_KINDS else v for v in verdicts
         ]
+    if elsewhere:
+        note = (f"{_ranks_label(elsewhere)} wait on the default group, whose gloo workers did not "
+                "run while strace watched: the data their connections moved was another "
+                "group's collectives (another thread's: a health check, metrics), not theirs")
+        verdicts = [_with_evidence(v, [note]) if v.kind in HANG_KINDS else v for v in verdicts]
     if caveats:
         verdicts = [_with_evidence(v, caveats) for v in verdicts]
     verdicts = [_with_confidence(v, statuses) for v in verdicts]
@@ -3405,6 +3447,8 @@ def _locals_sample(proc: Rank) -> tuple[Sample | None, tuple[Frame, ...]]:
 #: in a collective (NCCL's on nodes with GPUs, gloo's elsewhere): a rank-gated phase, a compile
 #: or a compute step that long is not one a job survives with the defaults.
 LONG_WAIT_S = {"nccl": 600.0, "gloo": 1800.0}
+#: The least quiet time the evidence says (s): under a look's own length it tells nothing.
+QUIET_SAID_S = 1.0
 
 
 def _quiet_s(waiting: list[_Status]) -> float | None:

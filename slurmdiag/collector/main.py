@@ -38,6 +38,9 @@ from .stacks import (
     _io_counters,
     adopt_spawned_ranks,
     dump_stack,
+    gloo_groups_ran,
+    gloo_schedule,
+    gloo_workers,
     read_schedule,
     reuse_sample,
     unchanged_sample,
@@ -121,6 +124,12 @@ class Collection:
         self.sockets = {}  # type: dict
         # pid -> its threads' schedule read before its last py-spy dump (in its round) (read_schedule)
         self.schedules = {}  # type: dict
+        # a rank's gloo groups (two or more) when strace runs: pid -> their workers
+        # (gloo_workers); their schedule after the first dump (gloo_schedule), where
+        # gloo_groups_ran starts; what that says at the strace window's end (window_end)
+        self.gloo_workers = {}  # type: dict
+        self.gloo_schedule = {}  # type: dict
+        self.gloo_ran = {}  # type: dict
         # pid -> a rank's wait channel read just before its last round's dump (see sample_again)
         self.round_wchan = {}  # type: dict
         self.tracing = None  # (ranks traced, their strace tasks, the window's message) once started
@@ -128,6 +137,12 @@ class Collection:
         self.side_found = {}  # type: dict
         self.page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
         self.locks_text = []  # type: list  # /proc/locks, read on a thread (read_in_background)
+
+    def window_end(self, pid):
+        """strace's window ends on ``pid`` (it has not let go yet): which gloo groups ran."""
+        before = self.gloo_schedule.get(pid)
+        if before:
+            self.gloo_ran[pid] = gloo_groups_ran(pid, before)
 
 
 def collect(options, clock, doc, status):
@@ -366,6 +381,8 @@ def sample_stacks(run):
     elif run.ranks or run.workers:
         if options["align_s"] > 0:
             wait_for_the_other_nodes(run)
+        if strace_s > 0 and strace:
+            read_gloo_groups(run)
         first_round_at = time.monotonic()
         round_cost = 0.3
         done = 0
@@ -379,7 +396,7 @@ def sample_stacks(run):
                 break
             pump_until(lambda: False, due)  # the side task's and strace's tools run meanwhile
             if k == 0 and overlap == "start" and run.ranks:
-                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
+                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors, run.window_end)
                 if run.tracing[1]:
                     wait_attached(run.tracing[0], run.tracing[1], time.monotonic() + ATTACH_WAIT_S)
             began = time.monotonic()
@@ -398,16 +415,27 @@ def sample_stacks(run):
                     fresh = [e for e in run.ranks if e["pid"] not in traced]
                     if fresh:
                         run.tracing = join_tracing(
-                            run.tracing, start_strace(fresh, strace, strace_s, clock, errors))
+                            run.tracing, start_strace(fresh, strace, strace_s, clock, errors, run.window_end))
             if k == 0 and overlap == "first" and run.ranks and run.tracing is None:
-                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
+                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors, run.window_end)
         ranks = run.ranks
         if done and ranks and all(s["threads"] is None for e in ranks for s in e["samples"]):
             errors.append("py-spy produced no stack for any rank")
     if "by_pid" not in run.sockets:
         read_sockets(run)
     if run.tracing is None and strace_s > 0 and run.ranks:
-        run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors)
+        run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors, run.window_end)
+
+
+def read_gloo_groups(run):
+    """Each rank's gloo groups' workers, when it has two groups or more (gloo_workers): which of
+    them run during strace's window is read then (``recent_traffic.gloo_ran``). Not without
+    strace: a look's ~0.1 s from its dump (which wakes every thread) to its end is too short
+    for a group's workers sleeping then to mean anything."""
+    for entry in run.ranks:
+        groups = gloo_workers(entry["pid"])
+        if groups:
+            run.gloo_workers[entry["pid"]] = groups
 
 
 def wait_for_the_other_nodes(run):
@@ -468,6 +496,9 @@ def sample_round(run, first, targets=None):
                 "error": f"collector bug: {result!r}",
             }
         entry["samples"].append(result)
+        groups = run.gloo_workers.get(entry["pid"])
+        if groups and first:  # after strace's attach and the dump, which wake every thread
+            run.gloo_schedule[entry["pid"]] = gloo_schedule(entry["pid"], groups)
         if entry["role"] == "child" and _in_dataloader_loop(result["threads"]):
             entry["role"] = "dataloader_worker"  # a fork: same cmdline as its rank
 
@@ -642,6 +673,8 @@ def read_recent_traffic(run):
         traffic = {"within_ms": within, "checked": len(mine), "active": _active(mine, within)}
         if mine:  # how long the rank has moved nothing on any connection: how long it waits
             traffic["quiet_ms"] = min(min(times[:2]) for times, _ in mine)
+        if run.gloo_ran.get(entry["pid"]):  # read at the window's end (window_end)
+            traffic["gloo_ran"] = run.gloo_ran[entry["pid"]]
         # sent and never acknowledged, retransmitted on timeout: the path loses what it carries
         stalled = [{"local": local, "remote": remote, "unacked": unacked,
                     "retransmits": retransmits, "backoff": backoff, "last_ack_ms": last_ack}

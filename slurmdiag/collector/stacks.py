@@ -418,6 +418,52 @@ def read_schedule(pid):
     return out
 
 
+#: The native threads of one gloo process group, as torch names them: its device's event loop
+#: (reads what the peers send), then its worker threads (run the collectives).
+GLOO_LOOP, GLOO_WORKER = "gloo_tcp_loop", "pt_gloo_runloop"
+
+
+def gloo_workers(pid):
+    """[[the worker thread ids of each gloo process group of ``pid``]], in the order the groups
+    were made (by thread id: the default group first), or None below two groups or when it
+    cannot be read. A group's workers are those made after its loop thread and before the next
+    group's: they run its collectives, so one that completes wakes them, and a group whose ranks
+    are all stuck in a collective leaves them asleep, whatever its other groups do
+    (heartbeat_group_hang). The loop thread itself wakes ~100 times a second, data or not
+    (measured): not a sign."""
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return None
+    groups = []  # type: list
+    for tid in tids:
+        name = (_read(f"/proc/{pid}/task/{tid}/comm", one_show=True) or "").strip()
+        if name == GLOO_LOOP:
+            groups.append([])
+        elif name == GLOO_WORKER and groups:
+            groups[-1].append(tid)
+    return groups if len(groups) > 1 else None
+
+
+def _scheduled(pid, tid):
+    fields = (_read(f"/proc/{pid}/task/{tid}/schedstat", one_show=True) or "").split()
+    return (fields[2], fields[0]) if len(fields) >= 3 else None
+
+
+def gloo_schedule(pid, groups):
+    """{thread id: (times put on a CPU, ns run)} of each group's workers (gloo_workers'). py-spy's
+    suspend and strace's attach and detach wake every thread: read it after the one, and
+    gloo_groups_ran before the other."""
+    return [{tid: _scheduled(pid, tid) for tid in members} for members in groups]
+
+
+def gloo_groups_ran(pid, before):
+    """[whether each group of ``before`` (gloo_schedule's) had a worker put on a CPU since, or
+    end]."""
+    return [any(seen is None or _scheduled(pid, tid) != seen for tid, seen in group.items())
+            for group in before]
+
+
 def unchanged_sample(sample, before, now):
     """Does ``sample`` still hold? True when no thread it shows has been on a CPU since
     ``before`` (the threads' schedule read before its dump) and no thread was created or

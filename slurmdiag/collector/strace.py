@@ -8,8 +8,10 @@ from .procfs import read_stat, task_statuses
 from .tools import Task, Tool, _one_line, pump_until
 
 
-def trace_syscalls(strace, pid, window_s, clock):
-    """Task: ``strace -c -f -p PID`` for ``window_s`` seconds, then SIGINT; the raw -c table."""
+def trace_syscalls(strace, pid, window_s, clock, at_end=None):
+    """Task: ``strace -c -f -p PID`` for ``window_s`` seconds, then SIGINT; the raw -c table.
+    ``at_end(pid)``: called at the window's end, before strace lets go (which wakes every
+    thread)."""
     stat = read_stat(pid)
     if stat is None:
         return {"status": "error", "message": "process exited", "window_s": 0.0, "text": ""}
@@ -36,6 +38,8 @@ def trace_syscalls(strace, pid, window_s, clock):
     yield tool
     if not tool.done:
         tool.wake_at = None
+        if at_end is not None:
+            at_end(pid)
         try:
             os.kill(tool.pid, _signal.SIGINT)  # strace prints the -c table when interrupted
         except OSError:
@@ -66,9 +70,10 @@ def _untraced_stat(pid, tries=20):
     return stat
 
 
-def start_strace(ranks, strace, strace_s, clock, errors):
+def start_strace(ranks, strace, strace_s, clock, errors, at_end=None):
     """Start ``strace -c`` on every rank for ``strace_s`` s (shortened to fit the deadline) as
-    background tasks; (ranks, tasks or None, message) for finish_strace."""
+    background tasks; (ranks, tasks or None, message) for finish_strace. ``at_end``: see
+    trace_syscalls."""
     window = strace_s
     left = clock.left() - 0.6  # attach, SIGINT, table
     message = None
@@ -83,7 +88,8 @@ def start_strace(ranks, strace, strace_s, clock, errors):
         errors.append("strace " + message)
     if window <= 0:
         return list(ranks), None, message
-    return list(ranks), [Task(trace_syscalls(strace, e["pid"], window, clock)) for e in ranks], message
+    return list(ranks), [Task(trace_syscalls(strace, e["pid"], window, clock, at_end))
+                         for e in ranks], message
 
 
 def _traced(pid):

@@ -1,0 +1,79 @@
+"""The collector's reading of a rank's gloo process groups, on real threads of this process
+named as torch names gloo's: each group's loop thread (``gloo_tcp_loop``), then its workers
+(``pt_gloo_runloop``). A group whose collectives complete wakes its workers; one whose
+collective hangs leaves them asleep (`heartbeat_group_hang`)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from slurmdiag.collector import stacks
+
+
+class _Thread:
+    """A thread named ``name`` at the OS level that sleeps, or wakes every 10 ms (``busy``)."""
+
+    def __init__(self, name: str, busy: bool, stop: threading.Event) -> None:
+        self.named = threading.Event()
+        self.tid = 0
+        self.thread = threading.Thread(target=self._run, args=(name, busy, stop), daemon=True)
+        self.thread.start()
+        self.named.wait(5)
+
+    def _run(self, name: str, busy: bool, stop: threading.Event) -> None:
+        self.tid = threading.get_native_id()
+        with open(f"/proc/self/task/{self.tid}/comm", "w") as fh:
+            fh.write(name)
+        self.named.set()
+        while not stop.wait(0.01 if busy else 60):
+            pass
+
+
+@pytest.fixture
+def groups() -> Iterator[list[_Thread]]:
+    """Two gloo groups, made in order: the first's worker asleep, the second's working."""
+    stop = threading.Event()
+    made = [_Thread(stacks.GLOO_LOOP, False, stop), _Thread(stacks.GLOO_WORKER, False, stop),
+            _Thread(stacks.GLOO_LOOP, True, stop), _Thread(stacks.GLOO_WORKER, True, stop)]
+    yield made
+    stop.set()
+    for t in made:
+        t.thread.join(5)
+
+
+def test_the_groups_are_their_workers_in_the_order_made(groups: list[_Thread]) -> None:
+    assert stacks.gloo_workers(os.getpid()) == [[groups[1].tid], [groups[3].tid]]
+
+
+def test_the_working_group_ran_and_the_other_slept(groups: list[_Thread]) -> None:
+    pid = os.getpid()
+    workers = stacks.gloo_workers(pid)
+    assert workers is not None
+    before = stacks.gloo_schedule(pid, workers)
+    time.sleep(0.2)
+    assert stacks.gloo_groups_ran(pid, before) == [False, True]
+
+
+def test_one_group_is_not_read() -> None:
+    stop = threading.Event()
+    made = [_Thread(stacks.GLOO_LOOP, False, stop), _Thread(stacks.GLOO_WORKER, False, stop)]
+    try:
+        assert stacks.gloo_workers(os.getpid()) is None
+    finally:
+        stop.set()
+        for t in made:
+            t.thread.join(5)
+
+
+def test_a_thread_gone_counts_as_run(groups: list[_Thread]) -> None:
+    pid = os.getpid()
+    workers = stacks.gloo_workers(pid)
+    assert workers is not None
+    before = stacks.gloo_schedule(pid, workers)
+    before[0][123456789] = ("1", "1")  # a worker that ended since
+    assert stacks.gloo_groups_ran(pid, before)[0] is True

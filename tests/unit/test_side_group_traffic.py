@@ -1,0 +1,118 @@
+"""Data moving between ranks on another process group is not the waited collective completing
+(`heartbeat_group_hang`, real looks of it and of its liar `healthy_metrics_group`).
+
+`heartbeat_group_hang` is `mismatched_collectives` (rank 1 in all_gather, ranks 0, 2, 3 in the
+gradient all_reduce on the default group) while every rank's health thread all_reduces a flag
+on a second gloo group ten times a second. Both traffic rules (strace's window; the connections
+read again at a look's end) saw every rank move data to other ranks and called the hung job
+progressing. The collector now says, for a rank with two gloo groups or more, whether each
+group's worker threads ran during strace's window (``gloo_ran``): a rank waiting on the default
+group whose workers slept through it (1.5 s at least, GLOO_ASLEEP_MS) moved another group's
+data.
+
+Its liar `healthy_metrics_group`: a 128-MB all_reduce on the default group every step (every
+sample in it, data flowing) and a metrics group idle between its uses. A one-sample look's
+~0.1 s can see the default group's workers asleep while a chunk comes in (a look recorded with
+an earlier collector that read them then: ranks 2-3 so): looks without strace are not judged,
+and the heartbeat hang looked at so stays called progressing (its known miss).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from snapfactory import map_rank, recorded
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.snapshot import Gpu, GpuState, Rank, Snapshot
+
+HANG, HANG_LOOK = "heartbeat_group_hang.default", "heartbeat_group_hang.samples1"
+HEALTHY, HEALTHY_LOOK = "healthy_metrics_group.default", "healthy_metrics_group.samples1"
+NOTE = "the data their connections moved was another group's collectives"
+
+
+def _every_rank(snapshot: Snapshot, change) -> Snapshot:
+    for node in snapshot.nodes:
+        for rank in node.ranks:
+            snapshot = map_rank(snapshot, rank.rank, change)
+    return snapshot
+
+
+def _traffic(**fields):
+    """A rank change: its recent_traffic with ``fields`` replaced."""
+    def change(rank: Rank) -> Rank:
+        assert rank.recent_traffic is not None
+        return replace(rank, recent_traffic=replace(rank.recent_traffic, **fields))
+    return change
+
+
+def test_the_hang_behind_a_health_check_is_found_with_strace() -> None:
+    verdict = diagnose(recorded(HANG)).verdicts[0]
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == (
+        "mismatched_collective", "critical", (1,))
+    assert any(line.startswith("ranks 0-3 wait on the default group") and NOTE in line
+               for line in verdict.evidence)
+    # the health checks' data cut the ranks' quiet time: not said as how long they waited
+    assert not any("moved no data on any connection" in line for line in verdict.evidence)
+
+
+def test_without_the_groups_reading_the_traffic_still_counts() -> None:
+    # WHEN the collector did not say which group ran (an older one, a rank of one gloo group)
+    verdict = diagnose(_every_rank(recorded(HANG), _traffic(gloo_ran=()))).verdicts[0]
+    # THEN the data between ranks is taken for the collectives, as before: the recording's miss
+    assert (verdict.kind, verdict.severity) == ("progressing", "info")
+
+
+def test_the_default_group_running_is_progress() -> None:
+    # WHEN the default group's workers ran during the window
+    verdict = diagnose(_every_rank(recorded(HANG), _traffic(gloo_ran=(True, True)))).verdicts[0]
+    assert verdict.kind == "progressing"
+
+
+def test_a_collective_on_another_group_is_not_judged() -> None:
+    # WHEN the ranks' c10d call was given a group (its place among the groups is not known)
+    pg = "{'group': <torch._C._distributed_c10d.ProcessGroup at 0x7f0000000001>}"
+
+    def given_a_group(rank: Rank) -> Rank:
+        first = rank.samples[0]
+        groups = tuple((i, name, pg if name == "kwargs" else text) for i, name, text in first.groups)
+        return replace(rank, samples=(replace(first, groups=groups), *rank.samples[1:]))
+
+    snapshot = _every_rank(recorded(HANG), given_a_group)
+    assert diagnose(snapshot).verdicts[0].kind == "progressing"
+
+
+def test_on_gpu_nodes_the_gloo_groups_are_not_placed() -> None:
+    # WHEN the nodes have GPUs: the default group is most likely NCCL's, gloo's are side groups
+    gpus = GpuState(status="ok", gpus=(Gpu(index=0),))
+    snapshot = recorded(HANG)
+    snapshot = replace(snapshot, nodes=tuple(replace(n, gpus=gpus) for n in snapshot.nodes))
+    assert diagnose(snapshot).verdicts[0].kind == "progressing"
+
+
+def test_a_look_without_strace_is_not_judged() -> None:
+    # the look: recorded with a collector that read the groups without strace too (the default
+    # group's workers had slept 37 s before it); without strace's window, nothing is decided
+    verdict = diagnose(recorded(HANG_LOOK)).verdicts[0]
+    assert (verdict.kind, verdict.severity) == ("progressing", "info")
+
+
+def test_its_liar_a_large_allreduce_beside_an_idle_metrics_group_is_progress() -> None:
+    for name in (HEALTHY, HEALTHY_LOOK):
+        verdict = diagnose(recorded(name)).verdicts[0]
+        assert (verdict.kind, verdict.severity) == ("progressing", "info"), name
+    # in the look ranks 2-3's default-group workers slept through it: the reason looks without
+    # strace are not judged
+    look = recorded(HEALTHY_LOOK)
+    asleep = [r.rank for n in look.nodes for r in n.ranks
+              if r.recent_traffic is not None and not any(r.recent_traffic.gloo_ran)]
+    assert asleep == [2, 3]
+
+
+def test_a_short_strace_window_decides_nothing() -> None:
+    # WHEN strace watched 0.5 s (--strace 0.5): too short for the workers' sleep to mean anything
+    def shortened(rank: Rank) -> Rank:
+        assert rank.strace is not None
+        return replace(rank, strace=replace(rank.strace, window_s=0.5))
+
+    assert diagnose(_every_rank(recorded(HANG), shortened)).verdicts[0].kind == "progressing"
