@@ -410,8 +410,11 @@ def _git_commit() -> str:
 
 def on_this_cluster() -> list[str]:
     """The scenarios the local cluster can run: not those whose truth asks for another
-    ("cluster": "netns", a fault injected on one node's network, checked by their own tests)."""
-    return [name for name in scenario_names() if not load_truth(name).get("cluster")]
+    ("cluster": "netns", a fault injected on one node's network, checked by their own tests),
+    nor those whose launcher is not installed ("requires": Open MPI's mpirun, not among the
+    packages `make setup` installs)."""
+    return [name for name in scenario_names() if not load_truth(name).get("cluster")
+            and all(shutil.which(tool) for tool in load_truth(name).get("requires", ()))]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,7 @@ TIME_LIMIT_MINUTES = 30
 #: Ranks run at a lower priority so a spinning rank does not starve the test itself.
 NICENESS = 5
 LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch", "background",
-             "torchrun-standalone")
+             "torchrun-standalone", "mpirun")
 #: Variables of the submitting shell that would confuse the ranks or sbatch itself.
 _INHERITED_VARS_TO_DROP = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"
@@ -202,6 +202,15 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
         # One task per node; the program spawns its ntasks_per_node ranks itself.
         argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
                 "nice", "-n", str(NICENESS), python, "-u", str(program)]
+        lines.append(shlex.join(argv))
+    elif truth["launcher"] == "mpirun":
+        # Open MPI's mpirun in the batch script, as MPI-minded sites and DeepSpeed's openmpi
+        # launcher do: it starts one orted a node through srun, and the orteds the ranks (each
+        # given its place in OMPI_COMM_WORLD_*; the program sets torch's RANK from it).
+        # --allow-run-as-root: the local cluster runs its jobs as root.
+        argv = ["mpirun", "--allow-run-as-root", "-np", str(nodes * per_node), "--map-by",
+                f"ppr:{per_node}:node", "--bind-to", "none", "nice", "-n", str(NICENESS),
+                *_rank_command(truth, python, program)]
         lines.append(shlex.join(argv))
     else:
         raise ScenarioError(f"{truth['name']}: launcher {truth['launcher']!r} has no batch script")
