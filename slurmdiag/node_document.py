@@ -99,7 +99,7 @@ class RecentTraffic(TypedDict, total=False):
     stalled: list[StalledConnection]  # unacknowledged data retransmitted on timeout, if any
     quiet_ms: int  # ms since any of them last sent or received data (absent: none checked)
     read_at: str  # "look": read at the look's end without strace (absent: when strace stopped)
-    gloo_ran: list[bool]  # each gloo group's workers ran during strace's window (2 groups or more)
+    gloo_ran: list[bool]  # each gloo group's workers ran during strace's window (gloo ranks)
 
 
 class FileLock(TypedDict, total=False):

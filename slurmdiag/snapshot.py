@@ -162,7 +162,7 @@ class RecentTraffic:
     # when strace stopped (within_ms its window and a slack)
     read_at: str | None = None
     # whether each of the rank's gloo process groups' worker threads ran during strace's window,
-    # in the order the groups were made (the default group first); () below two groups, or
+    # in the order the groups were made (the default group first); () without a gloo group, or
     # without strace
     gloo_ran: tuple[bool, ...] = ()
 

@@ -2770,7 +2770,10 @@ def _default_group_slept(s: _Status, groups: GroupView) -> bool:
     group's workers, so whatever data its connections moved then was not that collective's.
     Found with heartbeat_group_hang: every rank's health thread all_reduces on a second group
     ten times a second while the main threads hang, and the traffic rule called the job
-    progressing. Only the default group is placed (made first); a collective on another group,
+    progressing; side_channel_hang is the same with a liveness ring of plain TCP connections
+    between the ranks (one gloo group). gloo runs a group's collectives on its workers, but a
+    send or receive (and monitored_barrier, made of them) on the calling thread: a rank
+    waiting in one is not judged. Only the default group is placed (made first); a collective on another group,
     or one whose group the locals do not say (DDP's, from autograd), is not judged. What would
     make this lie: a default group made after another gloo group (TORCH_GLOO_LAZY_INIT; a job
     whose default group is NCCL's and its gloo groups side ones: not judged on nodes with
@@ -2781,7 +2784,9 @@ def _default_group_slept(s: _Status, groups: GroupView) -> bool:
     heartbeat_group_hang stays a miss."""
     recent = s.digest.proc.recent_traffic
     traced = s.digest.proc.strace
-    return (s.status == "waiting" and recent is not None and len(recent.gloo_ran) > 1
+    return (s.status == "waiting" and s.kind == "collective"
+            and s.op not in _P2P_OPS and s.op != "monitored_barrier"
+            and recent is not None and len(recent.gloo_ran) > 0
             and not recent.gloo_ran[0] and groups.collective.get(s.rank) == WORLD
             and recent.read_at != "look" and traced is not None
             and traced.window_s * 1000 >= GLOO_ASLEEP_MS)
@@ -3101,8 +3106,9 @@ def _hang_verdicts(
         ]
     if elsewhere:
         note = (f"{_ranks_label(elsewhere)} wait on the default group, whose gloo workers did not "
-                "run while strace watched: the data their connections moved was another "
-                "group's collectives (another thread's: a health check, metrics), not theirs")
+                "run while strace watched: the data their connections moved was not its "
+                "collectives (another group's, or another channel between the ranks: a health "
+                "check, a liveness ring, metrics)")
         verdicts = [_with_evidence(v, [note]) if v.kind in HANG_KINDS else v for v in verdicts]
     if caveats:
         verdicts = [_with_evidence(v, caveats) for v in verdicts]

@@ -428,7 +428,7 @@ def sample_stacks(run):
 
 
 def read_gloo_groups(run):
-    """Each rank's gloo groups' workers, when it has two groups or more (gloo_workers): which of
+    """Each rank's gloo groups' workers, when it has one (gloo_workers): which of
     them run during strace's window is read then (``recent_traffic.gloo_ran``). Not without
     strace: a look's ~0.1 s from its dump (which wakes every thread) to its end is too short
     for a group's workers sleeping then to mean anything."""

@@ -16,7 +16,7 @@ for torch_name, mpi_name in (("RANK", "OMPI_COMM_WORLD_RANK"), ("WORLD_SIZE", "O
                              ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")):
     os.environ[torch_name] = os.environ[mpi_name]
 
-import mismatched_collectives  # noqa: E402 - after the variables torch reads
+import mismatched_collectives  # after the variables torch reads
 
 if __name__ == "__main__":
     mismatched_collectives.main()

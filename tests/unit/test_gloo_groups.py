@@ -41,9 +41,18 @@ def groups() -> Iterator[list[_Thread]]:
     made = [_Thread(stacks.GLOO_LOOP, False, stop), _Thread(stacks.GLOO_WORKER, False, stop),
             _Thread(stacks.GLOO_LOOP, True, stop), _Thread(stacks.GLOO_WORKER, True, stop)]
     yield made
+    _end(made, stop)
+
+
+def _end(made: list[_Thread], stop: threading.Event) -> None:
+    """Stop the threads and wait until the kernel has let their tasks go."""
     stop.set()
     for t in made:
         t.thread.join(5)
+    deadline = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/self/task/{t.tid}") for t in made):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_the_groups_are_their_workers_in_the_order_made(groups: list[_Thread]) -> None:
@@ -59,15 +68,24 @@ def test_the_working_group_ran_and_the_other_slept(groups: list[_Thread]) -> Non
     assert stacks.gloo_groups_ran(pid, before) == [False, True]
 
 
-def test_one_group_is_not_read() -> None:
+def test_one_group_is_read_and_none_is_nothing() -> None:
+    assert stacks.gloo_workers(os.getpid()) is None  # no gloo thread in this process
     stop = threading.Event()
     made = [_Thread(stacks.GLOO_LOOP, False, stop), _Thread(stacks.GLOO_WORKER, False, stop)]
     try:
+        assert stacks.gloo_workers(os.getpid()) == [[made[1].tid]]
+    finally:
+        _end(made, stop)
+
+
+def test_a_loop_without_workers_is_not_read() -> None:
+    stop = threading.Event()
+    made = [_Thread(stacks.GLOO_LOOP, False, stop), _Thread(stacks.GLOO_WORKER, False, stop),
+            _Thread(stacks.GLOO_LOOP, False, stop)]
+    try:
         assert stacks.gloo_workers(os.getpid()) is None
     finally:
-        stop.set()
-        for t in made:
-            t.thread.join(5)
+        _end(made, stop)
 
 
 def test_a_thread_gone_counts_as_run(groups: list[_Thread]) -> None:

@@ -28,7 +28,7 @@ from slurmdiag.snapshot import Gpu, GpuState, Rank, Snapshot
 
 HANG, HANG_LOOK = "heartbeat_group_hang.default", "heartbeat_group_hang.samples1"
 HEALTHY, HEALTHY_LOOK = "healthy_metrics_group.default", "healthy_metrics_group.samples1"
-NOTE = "the data their connections moved was another group's collectives"
+NOTE = "the data their connections moved was not its collectives"
 
 
 def _every_rank(snapshot: Snapshot, change) -> Snapshot:
@@ -116,3 +116,35 @@ def test_a_short_strace_window_decides_nothing() -> None:
         return replace(rank, strace=replace(rank.strace, window_s=0.5))
 
     assert diagnose(_every_rank(recorded(HANG), shortened)).verdicts[0].kind == "progressing"
+
+
+SIDE = "side_channel_hang.default"
+
+
+def test_a_liveness_ring_beside_one_group_is_not_its_collectives() -> None:
+    # every rank sends a status line to the next over a TCP connection of its own; one gloo
+    # group, whose workers slept through strace's window
+    verdict = diagnose(recorded(SIDE)).verdicts[0]
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == (
+        "mismatched_collective", "critical", (1,))
+    assert any(NOTE in line and "a liveness ring" in line for line in verdict.evidence)
+
+
+def _in(op: str):
+    """A rank change: its main thread's collective frames renamed ``op``."""
+    def change(rank: Rank) -> Rank:
+        def frames(thread):
+            return tuple(replace(f, function=op) if f.function in ("all_reduce", "all_gather")
+                         else f for f in thread.frames)
+        return replace(rank, samples=tuple(
+            replace(s, threads=tuple(replace(t, frames=frames(t)) for t in s.threads))
+            for s in rank.samples))
+    return change
+
+
+def test_a_receive_runs_on_the_calling_thread_and_is_not_judged() -> None:
+    # WHEN the ranks wait in recv (gloo runs sends and receives on the calling thread, not on
+    # the group's workers: a pipeline's healthy stages waiting for activations leave them asleep)
+    verdict = diagnose(_every_rank(recorded(SIDE), _in("recv"))).verdicts[0]
+    # THEN the data between ranks counts as before
+    assert verdict.kind == "progressing"
