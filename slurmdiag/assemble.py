@@ -181,6 +181,8 @@ def _recent_traffic(raw: nd.RecentTraffic | None) -> RecentTraffic | None:
         quiet_ms=_int(raw.get("quiet_ms")),
         read_at=str(raw["read_at"]) if raw.get("read_at") else None,
         gloo_ran=tuple(v for v in raw.get("gloo_ran") or () if isinstance(v, bool)),
+        gloo_idle_ms=tuple(v for v in raw.get("gloo_idle_ms") or ()
+                           if isinstance(v, int) and not isinstance(v, bool)),
     )
 
 

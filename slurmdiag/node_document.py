@@ -100,6 +100,7 @@ class RecentTraffic(TypedDict, total=False):
     quiet_ms: int  # ms since any of them last sent or received data (absent: none checked)
     read_at: str  # "look": read at the look's end without strace (absent: when strace stopped)
     gloo_ran: list[bool]  # each gloo group's workers ran during strace's window (gloo ranks)
+    gloo_idle_ms: list[int]  # without strace: ms each group's workers slept before the look
 
 
 class FileLock(TypedDict, total=False):

@@ -161,10 +161,12 @@ class RecentTraffic:
     # "look": read at the end of a look without strace (within_ms the last second of it); None:
     # when strace stopped (within_ms its window and a slack)
     read_at: str | None = None
-    # whether each of the rank's gloo process groups' worker threads ran during strace's window,
-    # in the order the groups were made (the default group first); () without a gloo group, or
-    # without strace
+    # whether each of the rank's gloo process groups' worker threads ran during strace's window
+    # (a look without strace: from its first dump to its end), in the order the groups were
+    # made (the default group first); () without a gloo group
     gloo_ran: tuple[bool, ...] = ()
+    # a look without strace: ms each group's workers had been idle before its first dump
+    gloo_idle_ms: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

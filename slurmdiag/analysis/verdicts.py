@@ -2764,32 +2764,36 @@ GLOO_ASLEEP_MS = 1500
 
 
 def _default_group_slept(s: _Status, groups: GroupView) -> bool:
-    """A rank waiting in a collective on the default group whose gloo workers slept through
-    strace's window, GLOO_ASLEEP_MS at least (``recent_traffic.gloo_ran``, the groups in the
-    order they were made, the default one first): a collective that completes wakes its
-    group's workers, so whatever data its connections moved then was not that collective's.
-    Found with heartbeat_group_hang: every rank's health thread all_reduces on a second group
-    ten times a second while the main threads hang, and the traffic rule called the job
-    progressing; side_channel_hang is the same with a liveness ring of plain TCP connections
-    between the ranks (one gloo group). gloo runs a group's collectives on its workers, but a
-    send or receive (and monitored_barrier, made of them) on the calling thread: a rank
-    waiting in one is not judged. Only the default group is placed (made first); a collective on another group,
-    or one whose group the locals do not say (DDP's, from autograd), is not judged. What would
+    """A rank waiting in a collective on the default group whose gloo workers slept through the
+    time its connections' data was read for, GLOO_ASLEEP_MS at least (``recent_traffic``'s
+    ``gloo_ran``, the groups in the order they were made, the default one first): strace's
+    window; a look without strace, from its dump (which wakes every thread) to its end, and
+    ``gloo_idle_ms`` before it. A collective that completes wakes its group's workers, so
+    whatever data moved then was not that collective's. Found with heartbeat_group_hang: every
+    rank's health thread all_reduces on a second group ten times a second while the main
+    threads hang, and both traffic rules called the job progressing; side_channel_hang is the
+    same with a liveness ring of plain TCP connections between the ranks (one gloo group).
+    gloo runs a group's collectives on its workers, but a send or receive (and
+    monitored_barrier, made of them) on the calling thread: a rank waiting in one is not
+    judged. Only the default group is placed (made first); a collective on another group, or
+    one whose group the locals do not say (DDP's, from autograd), is not judged. What would
     make this lie: a default group made after another gloo group (TORCH_GLOO_LAZY_INIT; a job
     whose default group is NCCL's and its gloo groups side ones: not judged on nodes with
     GPUs). Its liar as a job: healthy_metrics_group (a large all_reduce on the default group
-    beside an idle metrics group): its workers sleep while a chunk comes in, so a
-    one-sample look without strace (~0.1 s from its dump, which wakes every thread, to its
-    end) cannot tell, and is not judged (a false alarm when it was): such a look of
-    heartbeat_group_hang stays a miss."""
+    beside an idle metrics group): a look's ~0.1 s saw its workers asleep while a chunk came
+    in, a false alarm before the idle time before the look was read. Not caught: a look begun
+    less than GLOO_ASLEEP_MS after an earlier dump (a second attach at once), or without
+    ``gloo_idle_ms`` (a kernel without CONFIG_SCHED_DEBUG's sched files)."""
     recent = s.digest.proc.recent_traffic
     traced = s.digest.proc.strace
     return (s.status == "waiting" and s.kind == "collective"
             and s.op not in _P2P_OPS and s.op != "monitored_barrier"
             and recent is not None and len(recent.gloo_ran) > 0
             and not recent.gloo_ran[0] and groups.collective.get(s.rank) == WORLD
-            and recent.read_at != "look" and traced is not None
-            and traced.window_s * 1000 >= GLOO_ASLEEP_MS)
+            and (recent.gloo_idle_ms[0] >= GLOO_ASLEEP_MS if recent.read_at == "look"
+                 and recent.gloo_idle_ms else
+                 recent.read_at != "look" and traced is not None
+                 and traced.window_s * 1000 >= GLOO_ASLEEP_MS))
 
 
 # Kernel waits outside the network: a pipe, a network or local file system, a disk.
@@ -2962,6 +2966,7 @@ def _hang_verdicts(
         # but strace saw most ranks move data: collectives complete, the job progresses.
         return [_progressing_by_traffic(statuses, talking, len(traced_known))], False
     moved, looked = _talking_in_the_look(statuses, store, ends) if not traced_known else ([], 0)
+    moved = [s for s in moved if s.rank not in elsewhere]
     if (moved and 2 * len(moved) > looked and not dead and not layout.missing
             and not any(_stuck_off_network(s) for s in statuses)):
         # a look without strace: most ranks moved data to other ranks in its last 0.25 s
@@ -3105,10 +3110,12 @@ def _hang_verdicts(
             _with_evidence(v, [peer_note]) if v.kind in HANG_KINDS else v for v in verdicts
         ]
     if elsewhere:
-        note = (f"{_ranks_label(elsewhere)} wait on the default group, whose gloo workers did not "
-                "run while strace watched: the data their connections moved was not its "
-                "collectives (another group's, or another channel between the ranks: a health "
-                "check, a liveness ring, metrics)")
+        apart = sorted(elsewhere)
+        note = (f"{_ranks_label(apart)} {_verb(apart, 'waits', 'wait')} on the default "
+                "group, whose gloo workers did not run during the look: the data "
+                f"{_verb(apart, 'its', 'their')} connections moved was not the collective's "
+                "(another group's or another channel's between the ranks: a health check, a "
+                "liveness ring, metrics; or an earlier collective's last bytes)")
         verdicts = [_with_evidence(v, [note]) if v.kind in HANG_KINDS else v for v in verdicts]
     if caveats:
         verdicts = [_with_evidence(v, caveats) for v in verdicts]

@@ -39,6 +39,7 @@ from .stacks import (
     adopt_spawned_ranks,
     dump_stack,
     gloo_groups_ran,
+    gloo_idle_ms,
     gloo_schedule,
     gloo_workers,
     read_schedule,
@@ -124,10 +125,12 @@ class Collection:
         self.sockets = {}  # type: dict
         # pid -> its threads' schedule read before its last py-spy dump (in its round) (read_schedule)
         self.schedules = {}  # type: dict
-        # a rank's gloo groups (two or more) when strace runs: pid -> their workers
-        # (gloo_workers); their schedule after the first dump (gloo_schedule), where
-        # gloo_groups_ran starts; what that says at the strace window's end (window_end)
+        # a rank's gloo groups: pid -> their workers (gloo_workers); without strace, how long
+        # each had been idle before the first dump (gloo_idle_ms); their schedule after it
+        # (gloo_schedule), where gloo_groups_ran starts; what that says at strace's window's
+        # end (window_end)
         self.gloo_workers = {}  # type: dict
+        self.gloo_idle = {}  # type: dict
         self.gloo_schedule = {}  # type: dict
         self.gloo_ran = {}  # type: dict
         # pid -> a rank's wait channel read just before its last round's dump (see sample_again)
@@ -381,8 +384,7 @@ def sample_stacks(run):
     elif run.ranks or run.workers:
         if options["align_s"] > 0:
             wait_for_the_other_nodes(run)
-        if strace_s > 0 and strace:
-            read_gloo_groups(run)
+        read_gloo_groups(run, traced=strace_s > 0 and bool(strace))
         first_round_at = time.monotonic()
         round_cost = 0.3
         done = 0
@@ -427,15 +429,18 @@ def sample_stacks(run):
         run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors, run.window_end)
 
 
-def read_gloo_groups(run):
-    """Each rank's gloo groups' workers, when it has one (gloo_workers): which of
-    them run during strace's window is read then (``recent_traffic.gloo_ran``). Not without
-    strace: a look's ~0.1 s from its dump (which wakes every thread) to its end is too short
-    for a group's workers sleeping then to mean anything."""
+def read_gloo_groups(run, traced):
+    """Each rank's gloo groups' workers (gloo_workers), before strace's attach and the first
+    dump, which wake every thread: whether they run during strace's window is read at its end
+    (window_end); without strace, a look's ~0.1 s from its dump to its end is too short for
+    workers asleep then to mean anything, so how long they had been idle is read now too
+    (gloo_idle_ms)."""
     for entry in run.ranks:
         groups = gloo_workers(entry["pid"])
         if groups:
             run.gloo_workers[entry["pid"]] = groups
+            if not traced:
+                run.gloo_idle[entry["pid"]] = gloo_idle_ms(entry["pid"], groups)
 
 
 def wait_for_the_other_nodes(run):
@@ -706,6 +711,10 @@ def read_look_traffic(run):
                    "active": _active(mine, LOOK_RECENT_MS)}
         if mine:
             traffic["quiet_ms"] = min(min(times[:2]) for times, _ in mine)
+        before = run.gloo_schedule.get(entry["pid"])
+        if before and run.gloo_idle.get(entry["pid"]):  # the workers since the dump, and before
+            traffic["gloo_ran"] = gloo_groups_ran(entry["pid"], before)
+            traffic["gloo_idle_ms"] = run.gloo_idle[entry["pid"]]
         entry["recent_traffic"] = traffic
 
 

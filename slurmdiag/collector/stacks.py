@@ -465,6 +465,60 @@ def gloo_groups_ran(pid, before):
             for group in before]
 
 
+def _exec_start(path):
+    """``se.exec_start`` of a /proc .../sched file: the scheduler's clock (ms) when the thread
+    last went on a CPU, or stopped running if it sleeps (kernels with CONFIG_SCHED_DEBUG); None."""
+    for line in (_read(path) or "").splitlines():
+        if line.startswith("se.exec_start"):
+            try:
+                return float(line.partition(":")[2])
+            except ValueError:
+                return None
+    return None
+
+
+def _last_cpu(pid, tid):
+    data = _read(f"/proc/{pid}/task/{tid}/stat", one_show=True) or ""
+    fields = data[data.rfind(")") + 2:].split()
+    return _as_int(fields[36]) if len(fields) > 36 else None
+
+
+def gloo_idle_ms(pid, groups):
+    """[ms since a worker of each group (gloo_workers') last ran], or None when it cannot be read.
+    Read before any dump, which wakes every thread: how long each group had been idle when the
+    look began. ``se.exec_start`` is on the clock of the CPU the thread last ran on, and those
+    clocks are hundreds of ms apart on a VM (they leave out the time stolen by the host, each
+    its own): each is compared with that CPU's clock now, read by moving this thread there."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return None
+    last = []
+    for members in groups:
+        seen = []
+        for tid in members:
+            start, cpu = _exec_start(f"/proc/{pid}/task/{tid}/sched"), _last_cpu(pid, tid)
+            if start is None or cpu is None or cpu not in allowed:
+                return None
+            seen.append((cpu, start))
+        last.append(seen)
+    clocks = {}
+    try:
+        for cpu in sorted({cpu for seen in last for cpu, _ in seen}):
+            os.sched_setaffinity(0, {cpu})
+            clocks[cpu] = _exec_start("/proc/thread-self/sched")
+    except OSError:
+        return None
+    finally:
+        try:
+            os.sched_setaffinity(0, allowed)
+        except OSError:
+            pass
+    if None in clocks.values():
+        return None
+    return [max(0, int(min(clocks[cpu] - start for cpu, start in seen))) for seen in last]
+
+
 def unchanged_sample(sample, before, now):
     """Does ``sample`` still hold? True when no thread it shows has been on a CPU since
     ``before`` (the threads' schedule read before its dump) and no thread was created or

@@ -5,16 +5,16 @@
 gradient all_reduce on the default group) while every rank's health thread all_reduces a flag
 on a second gloo group ten times a second. Both traffic rules (strace's window; the connections
 read again at a look's end) saw every rank move data to other ranks and called the hung job
-progressing. The collector now says, for a rank with two gloo groups or more, whether each
-group's worker threads ran during strace's window (``gloo_ran``): a rank waiting on the default
-group whose workers slept through it (1.5 s at least, GLOO_ASLEEP_MS) moved another group's
-data.
+progressing. The collector now says, for a rank of gloo groups, whether each group's worker
+threads ran during strace's window, or a look's (``gloo_ran``), and for a look without strace
+how long they had slept before it (``gloo_idle_ms``): a rank waiting on the default group whose
+workers slept through 1.5 s at least (GLOO_ASLEEP_MS) moved data that was not its collective's.
+`side_channel_hang` is the same with a liveness ring of plain TCP connections (one group).
 
 Its liar `healthy_metrics_group`: a 128-MB all_reduce on the default group every step (every
 sample in it, data flowing) and a metrics group idle between its uses. A one-sample look's
-~0.1 s can see the default group's workers asleep while a chunk comes in (a look recorded with
-an earlier collector that read them then: ranks 2-3 so): looks without strace are not judged,
-and the heartbeat hang looked at so stays called progressing (its known miss).
+~0.1 s saw no worker of any group run while a chunk came in; the default group's had run
+milliseconds before the look.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from slurmdiag.snapshot import Gpu, GpuState, Rank, Snapshot
 
 HANG, HANG_LOOK = "heartbeat_group_hang.default", "heartbeat_group_hang.samples1"
 HEALTHY, HEALTHY_LOOK = "healthy_metrics_group.default", "healthy_metrics_group.samples1"
-NOTE = "the data their connections moved was not its collectives"
+NOTE = "connections moved was not the collective's"
 
 
 def _every_rank(snapshot: Snapshot, change) -> Snapshot:
@@ -90,23 +90,35 @@ def test_on_gpu_nodes_the_gloo_groups_are_not_placed() -> None:
     assert diagnose(snapshot).verdicts[0].kind == "progressing"
 
 
-def test_a_look_without_strace_is_not_judged() -> None:
-    # the look: recorded with a collector that read the groups without strace too (the default
-    # group's workers had slept 37 s before it); without strace's window, nothing is decided
+def test_a_look_without_strace_reads_how_long_the_default_group_slept() -> None:
+    # no worker ran in the look's ~0.1 s; the default group's had slept 2.7 s before it
     verdict = diagnose(recorded(HANG_LOOK)).verdicts[0]
-    assert (verdict.kind, verdict.severity) == ("progressing", "info")
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == (
+        "mismatched_collective", "warning", (1,))
+    assert any(NOTE in line for line in verdict.evidence)
+
+
+def test_a_look_soon_after_another_decides_nothing() -> None:
+    # WHEN the default group's workers had slept 1 s only before the look (an earlier look's
+    # dump woke them)
+    verdict = diagnose(_every_rank(recorded(HANG_LOOK), _traffic(gloo_idle_ms=(1000, 40)))).verdicts[0]
+    assert verdict.kind == "progressing"
+
+
+def test_a_look_without_the_idle_times_decides_nothing() -> None:
+    # WHEN they were not read (a kernel without the sched files): the look's ~0.1 s says nothing
+    verdict = diagnose(_every_rank(recorded(HANG_LOOK), _traffic(gloo_idle_ms=()))).verdicts[0]
+    assert verdict.kind == "progressing"
 
 
 def test_its_liar_a_large_allreduce_beside_an_idle_metrics_group_is_progress() -> None:
     for name in (HEALTHY, HEALTHY_LOOK):
         verdict = diagnose(recorded(name)).verdicts[0]
         assert (verdict.kind, verdict.severity) == ("progressing", "info"), name
-    # in the look ranks 2-3's default-group workers slept through it: the reason looks without
-    # strace are not judged
+    # in the look no rank's default-group workers ran, but they had milliseconds before it
     look = recorded(HEALTHY_LOOK)
-    asleep = [r.rank for n in look.nodes for r in n.ranks
-              if r.recent_traffic is not None and not any(r.recent_traffic.gloo_ran)]
-    assert asleep == [2, 3]
+    traffic = [r.recent_traffic for n in look.nodes for r in n.ranks]
+    assert all(t is not None and not any(t.gloo_ran) and t.gloo_idle_ms[0] < 100 for t in traffic)
 
 
 def test_a_short_strace_window_decides_nothing() -> None:
@@ -123,11 +135,12 @@ SIDE = "side_channel_hang.default"
 
 def test_a_liveness_ring_beside_one_group_is_not_its_collectives() -> None:
     # every rank sends a status line to the next over a TCP connection of its own; one gloo
-    # group, whose workers slept through strace's window
-    verdict = diagnose(recorded(SIDE)).verdicts[0]
-    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == (
-        "mismatched_collective", "critical", (1,))
-    assert any(NOTE in line and "a liveness ring" in line for line in verdict.evidence)
+    # group, whose workers slept through strace's window (and through a look and 2.9 s before)
+    for name, severity in ((SIDE, "critical"), ("side_channel_hang.samples1", "warning")):
+        verdict = diagnose(recorded(name)).verdicts[0]
+        assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == (
+            "mismatched_collective", severity, (1,)), name
+        assert any(NOTE in line and "a liveness ring" in line for line in verdict.evidence)
 
 
 def _in(op: str):
