@@ -2784,16 +2784,14 @@ def _default_group_slept(s: _Status, groups: GroupView) -> bool:
     in, a false alarm before the idle time before the look was read. Not caught: a look begun
     less than GLOO_ASLEEP_MS after an earlier dump (a second attach at once), or without
     ``gloo_idle_ms`` (a kernel without CONFIG_SCHED_DEBUG's sched files)."""
-    recent = s.digest.proc.recent_traffic
-    traced = s.digest.proc.strace
-    return (s.status == "waiting" and s.kind == "collective"
-            and s.op not in _P2P_OPS and s.op != "monitored_barrier"
-            and recent is not None and len(recent.gloo_ran) > 0
-            and not recent.gloo_ran[0] and groups.collective.get(s.rank) == WORLD
-            and (recent.gloo_idle_ms[0] >= GLOO_ASLEEP_MS if recent.read_at == "look"
-                 and recent.gloo_idle_ms else
-                 recent.read_at != "look" and traced is not None
-                 and traced.window_s * 1000 >= GLOO_ASLEEP_MS))
+    recent, traced = s.digest.proc.recent_traffic, s.digest.proc.strace
+    if not (s.status == "waiting" and s.kind == "collective" and s.op not in _P2P_OPS
+            and s.op != "monitored_barrier" and groups.collective.get(s.rank) == WORLD
+            and recent is not None and recent.gloo_ran and not recent.gloo_ran[0]):
+        return False
+    if recent.read_at == "look":
+        return bool(recent.gloo_idle_ms) and recent.gloo_idle_ms[0] >= GLOO_ASLEEP_MS
+    return traced is not None and traced.window_s * 1000 >= GLOO_ASLEEP_MS
 
 
 # Kernel waits outside the network: a pipe, a network or local file system, a disk.

@@ -398,7 +398,8 @@ def sample_stacks(run):
                 break
             pump_until(lambda: False, due)  # the side task's and strace's tools run meanwhile
             if k == 0 and overlap == "start" and run.ranks:
-                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors, run.window_end)
+                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors,
+                                           run.window_end)
                 if run.tracing[1]:
                     wait_attached(run.tracing[0], run.tracing[1], time.monotonic() + ATTACH_WAIT_S)
             began = time.monotonic()
@@ -417,9 +418,11 @@ def sample_stacks(run):
                     fresh = [e for e in run.ranks if e["pid"] not in traced]
                     if fresh:
                         run.tracing = join_tracing(
-                            run.tracing, start_strace(fresh, strace, strace_s, clock, errors, run.window_end))
+                            run.tracing,
+                            start_strace(fresh, strace, strace_s, clock, errors, run.window_end))
             if k == 0 and overlap == "first" and run.ranks and run.tracing is None:
-                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors, run.window_end)
+                run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors,
+                                           run.window_end)
         ranks = run.ranks
         if done and ranks and all(s["threads"] is None for e in ranks for s in e["samples"]):
             errors.append("py-spy produced no stack for any rank")

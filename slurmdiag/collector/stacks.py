@@ -426,11 +426,11 @@ GLOO_LOOP, GLOO_WORKER = "gloo_tcp_loop", "pt_gloo_runloop"
 def gloo_workers(pid):
     """[[the worker thread ids of each gloo process group of ``pid``]], in the order the groups
     were made (by thread id: the default group first), or None without any group, with a group
-    without workers, or when it cannot be read. A group's workers are those made after its loop thread and before the next
-    group's: they run its collectives, so one that completes wakes them, and a group whose ranks
-    are all stuck in a collective leaves them asleep, whatever its other groups do
-    (heartbeat_group_hang). The loop thread itself wakes ~100 times a second, data or not
-    (measured): not a sign."""
+    without workers, or when it cannot be read. A group's workers are those made after its
+    loop thread and before the next group's: they run its collectives, so one that completes
+    wakes them, and a group whose ranks are all stuck in a collective leaves them asleep,
+    whatever its other groups do (heartbeat_group_hang). The loop thread itself wakes ~100
+    times a second, data or not (measured): not a sign."""
     try:
         tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
     except (OSError, ValueError):
