@@ -378,6 +378,16 @@ CHILD_IO_RATE = 64 << 10
 TRANSFER_SYSCALLS = frozenset(
     {"sendmsg", "sendto", "sendmmsg", "writev", "recvfrom", "recvmsg", "recvmmsg", "send", "recv"}
 )
+# Send and receive calls in strace's window that make a rank "talking" when its connections were
+# not read again then (an older collector): collectives complete by the hundred a second. When
+# they were, one call will do if a connection to another rank carried data in the window: a
+# pipeline's stages move an activation every second or so, a few calls each (healthy_pipeline_p2p
+# and healthy_pipeline_schedule with --samples 1: 3-13 calls a rank in 2 s, every rank's
+# connections moving data, taken for a hang while two stages computed). Its liar, a hang
+# attached the moment it formed (its last collective's bytes in flight): no recorded hang of the
+# corpus (344 artifacts of session 25's full run) has a rank with 1-7 calls and data on a
+# connection to another rank in the window; they make none, or their data is not collectives'
+# (a store polled, an upload: _collective_traffic; a side channel: _default_group_slept).
 TRAFFIC_CALLS = 8
 
 
@@ -2955,9 +2965,10 @@ def _hang_verdicts(
     # a rank whose data moved on another group than the one it waits on (heartbeat_group_hang);
     # on GPU nodes the default group is most likely NCCL's, and the gloo ones side groups
     elsewhere = set() if gpus else {s.rank for s in statuses if _default_group_slept(s, groups)}
-    talking = [(s, n) for s, n in traced_known
-               if n >= TRAFFIC_CALLS and not _forming(s) and s.rank not in elsewhere
-               and _collective_traffic(s.digest, store, ends) is not False]
+    talking = [(s, n) for s, n, moved in ((s, n, _collective_traffic(s.digest, store, ends))
+                                          for s, n in traced_known)
+               if n >= (1 if moved else TRAFFIC_CALLS) and not _forming(s)
+               and s.rank not in elsewhere and moved is not False]
     if (talking and 2 * len(talking) > len(traced_known) and not dead and not layout.missing
             and not any(_stuck_off_network(s) for s in statuses)):
         # The stacks look the same in every sample (the samples all landed in the same phase),
