@@ -2765,6 +2765,17 @@ def _forming(s: _Status) -> bool:
     return s.status == "waiting" and s.op in STARTUP_OPS and s.digest.settled
 
 
+def _data_between_ranks(s: _Status, store: frozenset[str],
+                        ranks: tuple[frozenset[str], frozenset[str]]) -> bool:
+    """Whether a connection of the rank to another rank (not the store) carried data in what
+    the traffic rules read: strace's window, or a look's last LOOK_MOVED_MS."""
+    recent = s.digest.proc.recent_traffic
+    if recent is None:
+        return False
+    return bool(_rank_traffic(recent, store, ranks,
+                              LOOK_MOVED_MS if recent.read_at == "look" else None))
+
+
 #: How long a gloo group's workers must have slept (ms) for its collectives to be known to
 #: complete nothing: a collective's data comes in chunks, read by the group's loop thread, and
 #: a worker wakes when one is whole (healthy_metrics_group's 8-MB chunks: one-sample looks saw
@@ -2962,9 +2973,10 @@ def _hang_verdicts(
     procs = [s.digest.proc for s in statuses]
     store, ends = _store_ports(procs), _rank_endpoints(procs)
     gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
-    # a rank whose data moved on another group than the one it waits on (heartbeat_group_hang);
-    # on GPU nodes the default group is most likely NCCL's, and the gloo ones side groups
-    elsewhere = set() if gpus else {s.rank for s in statuses if _default_group_slept(s, groups)}
+    # a rank whose data between ranks was not its collective's (heartbeat_group_hang); on GPU
+    # nodes the default group is most likely NCCL's, and the gloo ones side groups
+    elsewhere = set() if gpus else {s.rank for s in statuses if _default_group_slept(s, groups)
+                                    and _data_between_ranks(s, store, ends)}
     talking = [(s, n) for s, n, moved in ((s, n, _collective_traffic(s.digest, store, ends))
                                           for s, n in traced_known)
                if n >= (1 if moved else TRAFFIC_CALLS) and not _forming(s)

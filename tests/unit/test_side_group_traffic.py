@@ -161,3 +161,17 @@ def test_a_receive_runs_on_the_calling_thread_and_is_not_judged() -> None:
     verdict = diagnose(_every_rank(recorded(SIDE), _in("recv"))).verdicts[0]
     # THEN the data between ranks counts as before
     assert verdict.kind == "progressing"
+
+
+def test_no_data_between_ranks_is_nothing_to_set_apart() -> None:
+    # WHEN the ranks' connections carried nothing (a plain hang: the default group asleep too)
+    def silent(rank: Rank) -> Rank:
+        assert rank.recent_traffic is not None
+        return replace(rank, recent_traffic=replace(rank.recent_traffic, active=(), quiet_ms=5000))
+
+    verdict = diagnose(_every_rank(recorded(SIDE), silent)).verdicts[0]
+    # THEN the verdict says nothing of data that is not the collective's, and how long they waited
+    assert verdict.kind == "mismatched_collective"
+    assert not any(NOTE in line for line in verdict.evidence), verdict.evidence
+    assert any(line.startswith("ranks 0-3 have moved no data on any connection for 5.0 s")
+               for line in verdict.evidence), verdict.evidence
