@@ -2768,12 +2768,12 @@ def _forming(s: _Status) -> bool:
 def _data_between_ranks(s: _Status, store: frozenset[str],
                         ranks: tuple[frozenset[str], frozenset[str]]) -> bool:
     """Whether a connection of the rank to another rank (not the store) carried data in what
-    the traffic rules read: strace's window, or a look's last LOOK_MOVED_MS."""
+    the traffic rules read: strace's window (_collective_traffic), or a look's last
+    LOOK_MOVED_MS (_talking_in_the_look's test)."""
     recent = s.digest.proc.recent_traffic
-    if recent is None:
-        return False
-    return bool(_rank_traffic(recent, store, ranks,
-                              LOOK_MOVED_MS if recent.read_at == "look" else None))
+    if recent is not None and recent.read_at == "look":
+        return bool(_rank_traffic(recent, store, ranks, LOOK_MOVED_MS))
+    return bool(_collective_traffic(s.digest, store, ranks))
 
 
 #: How long a gloo group's workers must have slept (ms) for its collectives to be known to

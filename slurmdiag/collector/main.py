@@ -384,7 +384,7 @@ def sample_stacks(run):
     elif run.ranks or run.workers:
         if options["align_s"] > 0:
             wait_for_the_other_nodes(run)
-        read_gloo_groups(run, traced=strace_s > 0 and bool(strace))
+        read_gloo_groups(run, traced=strace_s > 0 and bool(strace), rounds=samples)
         first_round_at = time.monotonic()
         round_cost = 0.3
         done = 0
@@ -432,12 +432,15 @@ def sample_stacks(run):
         run.tracing = start_strace(run.ranks, strace, strace_s, clock, errors, run.window_end)
 
 
-def read_gloo_groups(run, traced):
+def read_gloo_groups(run, traced, rounds):
     """Each rank's gloo groups' workers (gloo_workers), before strace's attach and the first
     dump, which wake every thread: whether they run during strace's window is read at its end
     (window_end); without strace, a look's ~0.1 s from its dump to its end is too short for
     workers asleep then to mean anything, so how long they had been idle is read now too
-    (gloo_idle_ms)."""
+    (gloo_idle_ms). Not at all without strace and with more than one round: the later rounds'
+    dumps (blocking) wake every thread again, so no group would be seen asleep."""
+    if not traced and rounds > 1:
+        return
     for entry in run.ranks:
         groups = gloo_workers(entry["pid"])
         if groups:
