@@ -183,6 +183,8 @@ def _recent_traffic(raw: nd.RecentTraffic | None) -> RecentTraffic | None:
         gloo_ran=tuple(v for v in raw.get("gloo_ran") or () if isinstance(v, bool)),
         gloo_idle_ms=tuple(v for v in raw.get("gloo_idle_ms") or ()
                            if isinstance(v, int) and not isinstance(v, bool)),
+        main_ran=raw["main_ran"] if isinstance(raw.get("main_ran"), bool) else None,
+        main_idle_ms=_int(raw.get("main_idle_ms")),
     )
 
 

@@ -101,6 +101,8 @@ class RecentTraffic(TypedDict, total=False):
     read_at: str  # "look": read at the look's end without strace (absent: when strace stopped)
     gloo_ran: list[bool]  # each gloo group's workers ran during strace's window (gloo ranks)
     gloo_idle_ms: list[int]  # without strace: ms each group's workers slept before the look
+    main_ran: bool  # the main thread ran over gloo_ran's time (read for every rank)
+    main_idle_ms: int  # without strace: ms the main thread slept before the look
 
 
 class FileLock(TypedDict, total=False):

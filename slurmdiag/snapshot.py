@@ -167,6 +167,12 @@ class RecentTraffic:
     gloo_ran: tuple[bool, ...] = ()
     # a look without strace: ms each group's workers had been idle before its first dump
     gloo_idle_ms: tuple[int, ...] = ()
+    # whether the rank's main thread ran over the same time as gloo_ran (None: not read); a send
+    # or receive waits on the calling thread (gloo runs it there), so one asleep throughout
+    # completed none
+    main_ran: bool | None = None
+    # a look without strace: ms the main thread had been idle before its first dump
+    main_idle_ms: int | None = None
 
 
 @dataclass(frozen=True)

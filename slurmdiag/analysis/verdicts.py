@@ -462,6 +462,33 @@ def _main_thread_computes(digest: RankDigest) -> bool:
     return digest.active or (digest.proc.state or "")[:1] == "R"
 
 
+#: The share of a core (%) a rank whose main thread waits must use over the look for another
+#: thread of it to compute: a thread on a crowded node's core gets ~50 % (many_threads, one
+#: sample: 49 %); a hung rank's background threads (gloo's loops, a health check ten times a
+#: second) ~1 %.
+THREAD_WORKING_CPU_PERCENT = 25.0
+
+
+def _thread_computes(digest: RankDigest) -> bool:
+    """Another thread of the rank, in the job's own code, on a CPU: py-spy saw it active in the
+    last sample, and the process used THREAD_WORKING_CPU_PERCENT of a core over the look (its
+    main thread waits, so another thread did). A main thread waiting on a queue or an event for such a
+    thread works through it (healthy_pipeline_slow_labels: labels decoded on a loader thread
+    for 2.5 s each, the main thread in queue.get()); one whose producer died, with only a
+    health thread's ticks beside it (pipeline_heartbeat_hang: 0-1.4 % CPU), stays blocked. Its
+    liar: a thread spinning for ever in the job's code (a slow thread or a hang, cannot tell)."""
+    cpu = digest.proc.cpu_percent
+    samples = [x for x in digest.proc.samples if x.threads]
+    if cpu is None or cpu < THREAD_WORKING_CPU_PERCENT or not samples:
+        return False
+    main = main_thread(samples[-1], digest.proc.pid)
+    return any(
+        t.active and (main is None or t.thread_id != main.thread_id)
+        and any(not f.native and is_user_file(f.file) for f in t.frames)
+        for t in samples[-1].threads
+    )
+
+
 def _measured_work(digest: RankDigest) -> bool | None:
     """Did the rank work between its samples, by its main thread's CPU time and the process'
     I/O counters? None when the snapshot holds no such measurement (one sample, old collector).
@@ -586,6 +613,10 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
             return _Status(digest, "busy", info.kind, info.site, None, None, info)
         if info.kind == "data_loading" and _workers_running(proc):
             # waiting for DataLoader workers that compute: the rank works through them
+            return _Status(digest, "busy", "input", info.site, None, None, info)
+        if info.kind in ("data_loading", "lock") and not _in_pool(info) \
+                and _thread_computes(digest):
+            # waiting for a thread of its own that computes: the rank works through it
             return _Status(digest, "busy", "input", info.site, None, None, info)
         if info.kind == "lock" and _in_pool(info):
             # Pool.map & co: waiting for the pool's worker processes, not for a lock
@@ -1291,7 +1322,23 @@ def _root_of(s: _Status) -> int | None:
     """The root (``src``/``dst``) a rank passed to the rooted collective it waits in, read from
     the c10d wrapper's ``args``/``kwargs`` locals (its first sample, py-spy --locals), when that
     sample shows it in that very collective; None when not read."""
-    spec = _ROOTED.get(s.op or "")
+    return _rank_argument(s, _ROOTED.get(s.op or ""), group_ranks=True)
+
+
+# Point-to-point calls: the peer's global rank among the public function's arguments (torch's
+# `send(tensor, dst, group, tag, group_dst)`); a group rank (``group_dst``) is not read
+_PEERED = {"send": (1, "dst"), "recv": (1, "src")}
+
+
+def _peer_of(s: _Status) -> int | None:
+    """The global rank a rank's send or receive names (dst, src), from the c10d wrapper's
+    locals as _root_of reads them; None when not read (a receive from any source)."""
+    return _rank_argument(s, _PEERED.get(s.op or ""), group_ranks=False)
+
+
+def _rank_argument(s: _Status, spec: tuple[int, str] | None, group_ranks: bool) -> int | None:
+    """The rank argument ``spec`` places (its position, its keyword; ``group_`` + keyword too
+    when ``group_ranks``) of the c10d call the rank waits in (_root_of, _peer_of)."""
     samples = [x for x in s.digest.proc.samples if x.groups]
     if spec is None or not samples:
         return None
@@ -1300,6 +1347,7 @@ def _root_of(s: _Status) -> int | None:
     if thread is None:
         return None
     index, keyword = spec
+    prefix = "(?:group_)?" if group_ranks else ""
     found: int | None = None
     for frame_index, name, text in sample.groups:
         frames = thread.frames
@@ -1308,7 +1356,7 @@ def _root_of(s: _Status) -> int | None:
                 and frames[frame_index - 1].function == s.op):
             continue
         if name == "kwargs":
-            hit = re.search(rf'"(?:group_)?{keyword}": (-?\d+)', text)
+            hit = re.search(rf'"{prefix}{keyword}": (-?\d+)', text)
             found = int(hit.group(1)) if hit else found
         elif name == "args" and index == 1 and found is None:
             hit = _SECOND_ARG_RE.match(text)
@@ -2123,6 +2171,11 @@ def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
     what = ("a slow child process" if spawned else "a slow pool task" if pool
             else "a slow input pipeline")
     task = "a child's work" if spawned else "a pool task" if pool else "an input pipeline"
+    if not running:  # a thread of its own computes (_thread_computes)
+        kinds, what, task = "threads", "a slow worker thread", "a thread's work"
+        workers = [f"rank {s.rank}: thread {s.digest.side_threads[0][0]} on a CPU, the process "
+                   f"at {s.digest.proc.cpu_percent or 0:.0f}% CPU"
+                   for s in inputs if s.digest.side_threads]
     why = (
         f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for {kinds} that run "
         f"on the CPU: {task} slower than the look is the same sight as one that never "
@@ -2815,6 +2868,40 @@ def _default_group_slept(s: _Status, groups: GroupView) -> bool:
     return traced is not None and traced.window_s * 1000 >= GLOO_ASLEEP_MS
 
 
+def _main_slept(s: _Status) -> bool:
+    """The rank's main thread was not put on a CPU for the time its connections' data was read
+    for, GLOO_ASLEEP_MS at least (``recent_traffic``'s ``main_ran``, read as ``gloo_ran``
+    is: strace's window; a look without strace, from its dump to its end, and
+    ``main_idle_ms`` before it)."""
+    recent, traced = s.digest.proc.recent_traffic, s.digest.proc.strace
+    if recent is None or recent.main_ran is not False:
+        return False
+    if recent.read_at == "look":
+        return recent.main_idle_ms is not None and recent.main_idle_ms >= GLOO_ASLEEP_MS
+    return traced is not None and traced.window_s * 1000 >= GLOO_ASLEEP_MS
+
+
+def _p2p_stranded(s: _Status, by_rank: dict[int, _Status]) -> bool:
+    """A rank waiting in a send or receive (its main thread's, the peer read from its locals)
+    whose main thread slept through the time its connections' data was read for (_main_slept),
+    as did its peer's, the peer not in the matching call (a receive from it, a send to it):
+    neither side could complete the call then, so whatever data the rank's connections moved
+    was not its. gloo runs a send or a receive on the calling thread, which wakes when it
+    completes. Found with pipeline_heartbeat_hang (a pipeline's last stage blocked in a
+    queue, the other stages in their sends and receives, every rank's health thread
+    all_reducing on a second group): `progressing` in every mode, the send and receive ranks
+    being what _default_group_slept does not judge. Its liars: a transfer longer than the
+    window (both sides asleep in matching calls while the data flows: kept), a slow pipeline
+    whose stage waits seconds for a stage that computes (the peer runs: kept)."""
+    named = _peer_of(s) if s.status == "waiting" and s.op in _PEERED else None
+    peer = by_rank.get(named) if named is not None else None
+    if peer is None or peer is s or not (_main_slept(s) and _main_slept(peer)):
+        return False
+    if peer.status != "waiting" or peer.op not in _PEERED:
+        return True
+    return not (peer.op != s.op and _peer_of(peer) in (s.rank, None))
+
+
 # Kernel waits outside the network: a pipe, a network or local file system, a disk.
 _OFF_NETWORK_WCHAN = ("pipe", "nfs", "rpc_", "io_schedule", "wait_on_page", "folio_wait",
                       "request_wait_answer")
@@ -2975,8 +3062,11 @@ def _hang_verdicts(
     gpus = any(n.gpus is not None and n.gpus.gpus for n in snapshot.nodes)
     # a rank whose data between ranks was not its collective's (heartbeat_group_hang); on GPU
     # nodes the default group is most likely NCCL's, and the gloo ones side groups
-    elsewhere = set() if gpus else {s.rank for s in statuses if _default_group_slept(s, groups)
-                                    and _data_between_ranks(s, store, ends)}
+    by_rank = {s.rank: s for s in statuses}
+    elsewhere = set() if gpus else {
+        s.rank for s in statuses
+        if (_default_group_slept(s, groups) or _p2p_stranded(s, by_rank))
+        and _data_between_ranks(s, store, ends)}
     talking = [(s, n) for s, n, moved in ((s, n, _collective_traffic(s.digest, store, ends))
                                           for s, n in traced_known)
                if n >= (1 if moved else TRAFFIC_CALLS) and not _forming(s)
@@ -3130,14 +3220,24 @@ def _hang_verdicts(
         verdicts = [
             _with_evidence(v, [peer_note]) if v.kind in HANG_KINDS else v for v in verdicts
         ]
-    if elsewhere:
-        apart = sorted(elsewhere)
-        note = (f"{_ranks_label(apart)} {_verb(apart, 'waits', 'wait')} on the default "
-                "group, whose gloo workers did not run during the look: the data "
-                f"{_verb(apart, 'its', 'their')} connections moved was not the collective's "
-                "(another group's or another channel's between the ranks: a health check, a "
-                "liveness ring, metrics; or an earlier collective's last bytes)")
-        verdicts = [_with_evidence(v, [note]) if v.kind in HANG_KINDS else v for v in verdicts]
+    notes = []
+    collective = sorted(r for r in elsewhere if by_rank[r].op not in _PEERED)
+    if collective:
+        notes.append(
+            f"{_ranks_label(collective)} {_verb(collective, 'waits', 'wait')} on the default "
+            "group, whose gloo workers did not run during the look: the data "
+            f"{_verb(collective, 'its', 'their')} connections moved was not the collective's "
+            "(another group's or another channel's between the ranks: a health check, a "
+            "liveness ring, metrics; or an earlier collective's last bytes)")
+    p2p = sorted(elsewhere - set(collective))
+    if p2p:
+        notes.append(
+            f"{_ranks_label(p2p)} {_verb(p2p, 'waits', 'wait')} in a send or receive whose "
+            "thread did not run during the look, nor did the peer's, which is not in the "
+            f"matching call: the data {_verb(p2p, 'its', 'their')} connections moved was not "
+            "the transfer's (another group's or another channel's between the ranks)")
+    if notes:
+        verdicts = [_with_evidence(v, notes) if v.kind in HANG_KINDS else v for v in verdicts]
     if caveats:
         verdicts = [_with_evidence(v, caveats) for v in verdicts]
     verdicts = [_with_confidence(v, statuses) for v in verdicts]

@@ -39,9 +39,9 @@ from .stacks import (
     adopt_spawned_ranks,
     dump_stack,
     gloo_groups_ran,
-    gloo_idle_ms,
     gloo_schedule,
     gloo_workers,
+    idle_ms_of,
     read_schedule,
     reuse_sample,
     unchanged_sample,
@@ -125,10 +125,11 @@ class Collection:
         self.sockets = {}  # type: dict
         # pid -> its threads' schedule read before its last py-spy dump (in its round) (read_schedule)
         self.schedules = {}  # type: dict
-        # a rank's gloo groups: pid -> their workers (gloo_workers); without strace, how long
-        # each had been idle before the first dump (gloo_idle_ms); their schedule after it
-        # (gloo_schedule), where gloo_groups_ran starts; what that says at strace's window's
-        # end (window_end)
+        # a rank's gloo groups: pid -> their workers (gloo_workers, [] for none); the threads
+        # watched are those groups' and then the main thread's ([pid]): without strace, how
+        # long each had been idle before the first dump (gloo_idle_ms); their schedule after
+        # it (gloo_schedule), where gloo_groups_ran starts; what that says at strace's
+        # window's end (window_end), the main thread's last
         self.gloo_workers = {}  # type: dict
         self.gloo_idle = {}  # type: dict
         self.gloo_schedule = {}  # type: dict
@@ -433,20 +434,29 @@ def sample_stacks(run):
 
 
 def read_gloo_groups(run, traced, rounds):
-    """Each rank's gloo groups' workers (gloo_workers), before strace's attach and the first
-    dump, which wake every thread: whether they run during strace's window is read at its end
-    (window_end); without strace, a look's ~0.1 s from its dump to its end is too short for
+    """Each rank's gloo groups' workers (gloo_workers) and its main thread (_watched), before
+    strace's attach and the first dump, which wake every thread: whether they run during
+    strace's window is read at its end (window_end); without strace, a look's ~0.1 s from its dump to its end is too short for
     workers asleep then to mean anything, so how long they had been idle is read now too
     (gloo_idle_ms). Not at all without strace and with more than one round: the later rounds'
     dumps (blocking) wake every thread again, so no group would be seen asleep."""
     if not traced and rounds > 1:
         return
     for entry in run.ranks:
-        groups = gloo_workers(entry["pid"])
-        if groups:
-            run.gloo_workers[entry["pid"]] = groups
-            if not traced:
-                run.gloo_idle[entry["pid"]] = gloo_idle_ms(entry["pid"], groups)
+        run.gloo_workers[entry["pid"]] = gloo_workers(entry["pid"]) or []
+    if not traced:
+        run.gloo_idle = idle_ms_of({e["pid"]: _watched(run, e["pid"]) for e in run.ranks})
+
+
+def _watched(run, pid):
+    """The threads of ``pid`` whose sleep is read (read_gloo_groups): each gloo group's workers,
+    then the main thread (a send or receive waits on the calling thread: gloo runs it there)."""
+    return run.gloo_workers[pid] + [[pid]]
+
+
+def _split_watched(values):
+    """(the gloo groups' values, the main thread's) of one list read for _watched's threads."""
+    return values[:-1], values[-1]
 
 
 def wait_for_the_other_nodes(run):
@@ -507,9 +517,10 @@ def sample_round(run, first, targets=None):
                 "error": f"collector bug: {result!r}",
             }
         entry["samples"].append(result)
-        groups = run.gloo_workers.get(entry["pid"])
-        if groups and first:  # after strace's attach and the dump, which wake every thread
-            run.gloo_schedule[entry["pid"]] = gloo_schedule(entry["pid"], groups)
+        if entry["pid"] in run.gloo_workers and first:  # after strace's attach and the dump,
+            # which wake every thread
+            run.gloo_schedule[entry["pid"]] = gloo_schedule(entry["pid"],
+                                                            _watched(run, entry["pid"]))
         if entry["role"] == "child" and _in_dataloader_loop(result["threads"]):
             entry["role"] = "dataloader_worker"  # a fork: same cmdline as its rank
 
@@ -685,7 +696,9 @@ def read_recent_traffic(run):
         if mine:  # how long the rank has moved nothing on any connection: how long it waits
             traffic["quiet_ms"] = min(min(times[:2]) for times, _ in mine)
         if run.gloo_ran.get(entry["pid"]):  # read at the window's end (window_end)
-            traffic["gloo_ran"] = run.gloo_ran[entry["pid"]]
+            groups, traffic["main_ran"] = _split_watched(run.gloo_ran[entry["pid"]])
+            if groups:
+                traffic["gloo_ran"] = groups
         # sent and never acknowledged, retransmitted on timeout: the path loses what it carries
         stalled = [{"local": local, "remote": remote, "unacked": unacked,
                     "retransmits": retransmits, "backoff": backoff, "last_ack_ms": last_ack}
@@ -718,9 +731,11 @@ def read_look_traffic(run):
         if mine:
             traffic["quiet_ms"] = min(min(times[:2]) for times, _ in mine)
         before = run.gloo_schedule.get(entry["pid"])
-        if before and run.gloo_idle.get(entry["pid"]):  # the workers since the dump, and before
-            traffic["gloo_ran"] = gloo_groups_ran(entry["pid"], before)
-            traffic["gloo_idle_ms"] = run.gloo_idle[entry["pid"]]
+        if before and run.gloo_idle.get(entry["pid"]):  # the threads since the dump, and before
+            groups, traffic["main_ran"] = _split_watched(gloo_groups_ran(entry["pid"], before))
+            idle, traffic["main_idle_ms"] = _split_watched(run.gloo_idle[entry["pid"]])
+            if groups:
+                traffic["gloo_ran"], traffic["gloo_idle_ms"] = groups, idle
         entry["recent_traffic"] = traffic
 
 

@@ -484,39 +484,56 @@ def _last_cpu(pid, tid):
 
 
 def gloo_idle_ms(pid, groups):
-    """[ms since a worker of each group (gloo_workers') last ran], or None when it cannot be read.
-    Read before any dump, which wakes every thread: how long each group had been idle when the
-    look began. ``se.exec_start`` is on the clock of the CPU the thread last ran on, and those
-    clocks are hundreds of ms apart on a VM (they leave out the time stolen by the host, each
-    its own): each is compared with that CPU's clock now, read by moving this thread there."""
+    """[ms since a thread of each group (gloo_workers') last ran], or None when it cannot be
+    read: idle_ms_of for one process."""
+    return idle_ms_of({pid: groups})[pid]
+
+
+def _last_runs(pid, groups, allowed):
+    """[[(the CPU, its clock's ms) when each thread of a group last ran]], or None when any
+    cannot be read (or ran on a CPU this thread may not move to)."""
+    last = []
+    for members in groups:
+        threads = [(_last_cpu(pid, tid), _exec_start(f"/proc/{pid}/task/{tid}/sched"))
+                   for tid in members]
+        if any(cpu is None or start is None or cpu not in allowed for cpu, start in threads):
+            return None
+        last.append(threads)
+    return last
+
+
+def idle_ms_of(watched):
+    """{pid: [ms since a thread of each of its groups of thread ids last ran] or None when it
+    cannot be read} for ``watched`` {pid: groups}. Read before any dump, which wakes every
+    thread: how long each group had been idle when the look began. ``se.exec_start`` is on the
+    clock of the CPU the thread last ran on, and those clocks are hundreds of ms apart on a VM
+    (they leave out the time stolen by the host, each its own): each is compared with that
+    CPU's clock now, read by moving this thread there, once a CPU for every process."""
+    out = dict.fromkeys(watched)
     try:
         allowed = os.sched_getaffinity(0)
     except (AttributeError, OSError):
-        return None
-    last = []
-    for members in groups:
-        seen = []
-        for tid in members:
-            start, cpu = _exec_start(f"/proc/{pid}/task/{tid}/sched"), _last_cpu(pid, tid)
-            if start is None or cpu is None or cpu not in allowed:
-                return None
-            seen.append((cpu, start))
-        last.append(seen)
+        return out
+    seen = {pid: last for pid, groups in watched.items()
+            if (last := _last_runs(pid, groups, allowed)) is not None}
     clocks = {}
     try:
-        for cpu in sorted({cpu for seen in last for cpu, _ in seen}):
+        for cpu in sorted({cpu for last in seen.values() for group in last for cpu, _ in group}):
             os.sched_setaffinity(0, {cpu})
             clocks[cpu] = _exec_start("/proc/thread-self/sched")
     except OSError:
-        return None
+        return out
     finally:
         try:
             os.sched_setaffinity(0, allowed)
         except OSError:
             pass
     if None in clocks.values():
-        return None
-    return [max(0, int(min(clocks[cpu] - start for cpu, start in seen))) for seen in last]
+        return out
+    for pid, last in seen.items():
+        out[pid] = [max(0, int(min(clocks[cpu] - start for cpu, start in group)))
+                    for group in last]
+    return out
 
 
 def unchanged_sample(sample, before, now):

@@ -6,6 +6,8 @@ collective hangs leaves them asleep (`heartbeat_group_hang`)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -98,3 +100,31 @@ def test_a_thread_gone_counts_as_run(groups: list[_Thread]) -> None:
     before = stacks.gloo_schedule(pid, workers)
     before[0][123456789] = ("1", "1")  # a worker that ended since
     assert stacks.gloo_groups_ran(pid, before)[0] is True
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_rank_without_groups_has_its_main_thread_watched(busy: bool) -> None:
+    # GIVEN a process with no gloo thread whose main thread sleeps, or wakes every 10 ms
+    # (gloo runs a send or a receive on the calling thread: main_ran, main_idle_ms)
+    from types import SimpleNamespace
+
+    from slurmdiag.collector import main
+
+    code = ("import time\nwhile True: time.sleep(0.01)" if busy else "import time; time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.5)
+        run = SimpleNamespace(ranks=[{"pid": child.pid}], gloo_workers={}, gloo_idle={})
+        # WHEN the collector reads them before a look without strace, and again after it
+        main.read_gloo_groups(run, traced=False, rounds=1)
+        before = stacks.gloo_schedule(child.pid, main._watched(run, child.pid))
+        time.sleep(0.3)
+        groups, ran = main._split_watched(stacks.gloo_groups_ran(child.pid, before))
+        _, idle = main._split_watched(run.gloo_idle[child.pid])
+        # THEN only the main thread is watched: it ran or not, and had slept as long
+        assert run.gloo_workers[child.pid] == [] and groups == []
+        assert ran is busy
+        assert (idle < 100) if busy else (idle >= 400), idle
+    finally:
+        child.kill()
+        child.wait()
