@@ -185,6 +185,12 @@ STRAGGLER_STEPS = {
         "the job's stderr) or it stalls; give put() a timeout, or stop the producer when the "
         "consumer dies"
     ),
+    "thread_died": (
+        "a thread of the job died (its traceback is in the job's log) and the rank waits for "
+        "what it fed: fix its error, and make the main thread hear of it (a sentinel put into "
+        "the queue from a finally, a concurrent.futures Future whose result() re-raises, or "
+        "queue.get(timeout=...) with a liveness check)"
+    ),
     "data_loading": (
         "look at this rank's DataLoader workers (py-spy dump their pids; a dead or deadlocked "
         "worker stalls the queue), reproduce with num_workers=0, and make every rank see the "
@@ -1524,6 +1530,54 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         evidence=tuple(evidence),
         next_step=STRAGGLER_STEPS.get(step, STRAGGLER_STEPS["blocked"]),
     )
+
+
+def _dead_threads(blocked: list[_Status], findings: Sequence[LogFinding]) -> list[LogFinding]:
+    """Tracebacks in the job's log of threads that died (their outermost frame threading's
+    ``_bootstrap_inner``: "Exception in thread NAME"), of a rank whose main thread is parked on a
+    thread-to-thread wait (a queue, an event, a condition, a lock) or of no rank (an unprefixed
+    log): what a dead thread fed, its queue or its event, never comes, and no stack shows it
+    (pipeline_heartbeat_hang: a label loader thread dead on a corrupt record, the last stage in
+    queue.get(); its only other thread a health check, which the summary named). What would
+    make this lie: a thread that died harmlessly earlier (a progress bar's) while the producer
+    waited on is alive and stuck: said beside the threads the stacks show, not instead."""
+    parked = {s.rank for s in blocked if not s.ended and s.kind in ("data_loading", "lock")}
+    if not parked:
+        return []
+    return [f for f in findings
+            if f.kind == "traceback" and (f.rank is None or f.rank in parked)
+            and _thread_frames(f.fields.get("frames", ""))]
+
+
+def _thread_frames(frames: str) -> bool:
+    """The traceback's outermost frame is a thread's start (threading's _bootstrap_inner)."""
+    first = frames.split("\n", 1)[0]
+    return first.endswith(":_bootstrap_inner") and "threading.py:" in first
+
+
+def _with_dead_threads(verdict: Verdict, blocked: list[_Status],
+                       findings: Sequence[LogFinding]) -> Verdict:
+    """The straggler verdict with the tracebacks of threads that died (_dead_threads) said in
+    its summary and evidence, and what to do about them."""
+    dead = _dead_threads(blocked, findings)
+    if not dead:
+        return verdict
+    first = dead[0]
+    where = f"{first.fields.get('function', '?')} ({first.fields.get('site', '?')})"
+    whose = "" if first.rank is not None else " (no rank label: it may be another rank's)"
+    said = (f"a thread of the job died: {first.fields.get('exception', 'an exception')} in "
+            f"{where}, {first.source}:{first.line_no}{whose}")
+    head, sep, tail = verdict.summary.partition(" while ")
+    summary = f"{head}; {said}{sep}{tail}" if sep else f"{verdict.summary}; {said}"
+    # a rank putting into a full queue waits for its consumer (fsdp_grad_hook_blocked)
+    full = any(_full_queue(s) for s in blocked)
+    then = ("it no longer takes from the queue the rank puts into" if full
+            else "what it fed (a queue, an event) never comes")
+    evidence = [f"{f.source}:{f.line_no}: a thread's traceback (\"Exception in thread\"): "
+                f"{f.text}{'' if f.rank is None else f' (rank {f.rank})'}: {then}"
+                for f in dead[:3]]
+    return replace(verdict, summary=summary, evidence=(*evidence, *verdict.evidence),
+                   next_step=verdict.next_step if full else STRAGGLER_STEPS["thread_died"])
 
 
 # A debugger's prompt on the main thread's stack: the stdlib's pdb (bdb below it), ipdb and
@@ -3142,7 +3196,8 @@ def _hang_verdicts(
         verdicts.append(_compile_step(compiling, waiting))
         blocked, busy = [], []
     if blocked and (waiting or dead or layout.missing or ended):
-        verdicts.append(_straggler(blocked, waiting, severity))
+        verdicts.append(_with_dead_threads(_straggler(blocked, waiting, severity), blocked,
+                                           snapshot.log_findings))
         if ended and layout.missing:
             gone = (f"{_ranks_label(layout.missing)} {_verb(layout.missing, 'has', 'have')} "
                     "no process: ended, most likely as the ranks above did (every rank left is "
