@@ -11,13 +11,12 @@ not make it a hang). It must never get a hang verdict.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import _harness as harness
 import _training as training
 import torch.distributed as dist
-from heartbeat_group_hang import check_health
+from heartbeat_group_hang import start_health_check
 
 STEPS = 400
 EVAL_EVERY = 3
@@ -36,9 +35,7 @@ def evaluate(seconds: float) -> float:
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    health_group = dist.new_group(backend="gloo")
-    threading.Thread(target=check_health, args=(health_group,), name="health-check",
-                     daemon=True).start()
+    start_health_check()
     model = training.build_model()
     for step in range(STEPS):
         loss = training.train_step(model, training.synthetic_batch(info.rank, step))

@@ -10,13 +10,12 @@ never get a hang verdict.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import _harness as harness
 import torch
 import torch.distributed as dist
-from heartbeat_group_hang import check_health
+from heartbeat_group_hang import start_health_check
 from pipeline_heartbeat_hang import MICRO_BATCHES, ROWS, STEPS, WIDTH, build_stage, receive
 
 #: Seconds of native maths the last stage's head takes a micro-batch.
@@ -59,9 +58,7 @@ def pipeline_step(info: harness.RankInfo, weights: list[torch.Tensor], step: int
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    health_group = dist.new_group(backend="gloo")
-    threading.Thread(target=check_health, args=(health_group,), name="health-check",
-                     daemon=True).start()
+    start_health_check()
     weights = build_stage(info.rank)
     for step in range(STEPS):
         if step == 1:

@@ -32,12 +32,17 @@ def check_health(group: dist.ProcessGroup) -> None:
         time.sleep(HEALTH_PERIOD_S)
 
 
-def main() -> None:
-    info = harness.setup()
-    harness.init_distributed(info)
+def start_health_check() -> None:
+    """A second gloo group, made by every rank, and the daemon thread that checks over it."""
     health_group = dist.new_group(backend="gloo")
     threading.Thread(target=check_health, args=(health_group,), name="health-check",
                      daemon=True).start()
+
+
+def main() -> None:
+    info = harness.setup()
+    harness.init_distributed(info)
+    start_health_check()
     train(info)
     dist.destroy_process_group()
 

@@ -48,6 +48,11 @@ def check_replica_agreement(model: nn.Module, info: harness.RankInfo, step: int)
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
+    train(info)
+
+
+def train(info: harness.RankInfo) -> None:
+    """The training loop, from a fresh model: the pair's check at OUTLIER_STEP."""
     model = training.build_model()
     for step in range(STEPS):
         if step == OUTLIER_STEP + 1:

@@ -10,30 +10,16 @@ carry data, and none of it is what ranks 2 and 3 wait for. Culprits: ranks 2 and
 
 from __future__ import annotations
 
-import threading
-
 import _harness as harness
-import _training as training
-import torch.distributed as dist
-from heartbeat_group_hang import check_health
-from p2p_deadlock import OUTLIER_STEP, STEPS, check_replica_agreement, losses_disagree
+from heartbeat_group_hang import start_health_check
+from p2p_deadlock import train
 
 
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    health_group = dist.new_group(backend="gloo")
-    threading.Thread(target=check_health, args=(health_group,), name="health-check",
-                     daemon=True).start()
-    model = training.build_model()
-    for step in range(STEPS):
-        if step == OUTLIER_STEP + 1:
-            harness.report_ready(info, f"step {step}: gradient all_reduce", role="waiting")
-        loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-        harness.log(info, f"step {step} loss {loss:.4f}")
-        if losses_disagree(info.rank, step):
-            check_replica_agreement(model, info, step)
-    dist.destroy_process_group()
+    start_health_check()
+    train(info)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import time
 import _harness as harness
 import torch
 import torch.distributed as dist
-from heartbeat_group_hang import check_health
+from heartbeat_group_hang import start_health_check
 
 ROWS, WIDTH = 128, 1024
 LAYERS_PER_STAGE = 4
@@ -92,9 +92,7 @@ def pipeline_step(info: harness.RankInfo, weights: list[torch.Tensor],
 def main(decode_s: float | None = None) -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    health_group = dist.new_group(backend="gloo")
-    threading.Thread(target=check_health, args=(health_group,), name="health-check",
-                     daemon=True).start()
+    start_health_check()
     labels: queue.Queue[torch.Tensor] | None = None
     if info.rank == info.world_size - 1:
         labels = queue.Queue(maxsize=1 if decode_s else MICRO_BATCHES)

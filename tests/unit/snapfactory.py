@@ -52,6 +52,20 @@ def map_rank(snapshot: Snapshot, number: int, change: Callable[[Rank], Rank]) ->
         for n in snapshot.nodes))
 
 
+def map_every_rank(snapshot: Snapshot, change: Callable[[Rank], Rank]) -> Snapshot:
+    """``snapshot`` with every rank replaced by ``change(rank)``."""
+    return replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(change(r) for r in n.ranks)) for n in snapshot.nodes))
+
+
+def with_traffic(**fields: object) -> Callable[[Rank], Rank]:
+    """A rank change: its ``recent_traffic`` (which must be read) with ``fields`` replaced."""
+    def change(rank: Rank) -> Rank:
+        assert rank.recent_traffic is not None
+        return replace(rank, recent_traffic=replace(rank.recent_traffic, **fields))
+    return change
+
+
 def frame(spec: str) -> Frame:
     function, _, location = spec.partition(" ")
     file, sep, line = location.rpartition(":")

@@ -21,28 +21,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from snapfactory import map_rank, recorded
+from snapfactory import map_every_rank, map_rank, recorded, with_traffic
 
 from slurmdiag.analysis import diagnose, verdicts
-from slurmdiag.snapshot import Gpu, GpuState, Rank, Snapshot
+from slurmdiag.snapshot import Gpu, GpuState, Rank
 
 HANG = "pipeline_heartbeat_hang"
 HEALTHY = "healthy_pipeline_slow_labels"
 NOTE = "connections moved was not the transfer's"
-
-
-def _every_rank(snapshot: Snapshot, change) -> Snapshot:
-    for node in snapshot.nodes:
-        for rank in node.ranks:
-            snapshot = map_rank(snapshot, rank.rank, change)
-    return snapshot
-
-
-def _traffic(**fields):
-    def change(rank: Rank) -> Rank:
-        assert rank.recent_traffic is not None
-        return replace(rank, recent_traffic=replace(rank.recent_traffic, **fields))
-    return change
 
 
 def _noted(verdict) -> str:
@@ -62,14 +48,14 @@ def test_the_stalled_pipeline_behind_a_health_check_is_found(mode, severity) -> 
 
 def test_without_the_main_threads_reading_the_traffic_still_counts() -> None:
     # WHEN the collector did not say whether the main threads ran (an older one)
-    snapshot = _every_rank(recorded(f"{HANG}.samples1"), _traffic(main_ran=None))
+    snapshot = map_every_rank(recorded(f"{HANG}.samples1"), with_traffic(main_ran=None))
     # THEN the data between the ranks counts as before: progressing
     assert diagnose(snapshot).verdicts[0].kind == "progressing"
 
 
 def test_a_peer_whose_main_thread_ran_may_yet_send() -> None:
     # WHEN the last stage's main thread ran during the window (it could have received)
-    snapshot = map_rank(recorded(f"{HANG}.samples1"), 3, _traffic(main_ran=True))
+    snapshot = map_rank(recorded(f"{HANG}.samples1"), 3, with_traffic(main_ran=True))
     verdict = diagnose(snapshot).verdicts[0]
     # THEN rank 2, which sends to it, keeps its data; ranks 0-1 are still set apart (no
     # majority talks: the hang stands)
@@ -91,7 +77,7 @@ def test_a_short_strace_window_decides_nothing() -> None:
     def short(rank: Rank) -> Rank:
         assert rank.strace is not None
         return replace(rank, strace=replace(rank.strace, window_s=1.0))
-    snapshot = _every_rank(recorded(f"{HANG}.samples1"), short)
+    snapshot = map_every_rank(recorded(f"{HANG}.samples1"), short)
     assert diagnose(snapshot).verdicts[0].kind == "progressing"
 
 
@@ -104,7 +90,7 @@ def test_on_gpu_nodes_nothing_is_set_apart() -> None:
 
 def test_a_look_after_a_short_sleep_decides_nothing() -> None:
     # WHEN the look's main threads had slept 1 s before it (the pipeline waits that long)
-    snapshot = _every_rank(recorded(f"{HANG}.look"), _traffic(main_idle_ms=1000))
+    snapshot = map_every_rank(recorded(f"{HANG}.look"), with_traffic(main_idle_ms=1000))
     assert diagnose(snapshot).verdicts[0].kind == "progressing"
 
 

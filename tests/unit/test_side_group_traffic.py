@@ -21,29 +21,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from snapfactory import map_rank, recorded
+from snapfactory import map_every_rank, recorded, with_traffic
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.snapshot import Gpu, GpuState, Rank, Snapshot
+from slurmdiag.snapshot import Gpu, GpuState, Rank
 
 HANG, HANG_LOOK = "heartbeat_group_hang.default", "heartbeat_group_hang.samples1"
 HEALTHY, HEALTHY_LOOK = "healthy_metrics_group.default", "healthy_metrics_group.samples1"
 NOTE = "connections moved was not the collective's"
-
-
-def _every_rank(snapshot: Snapshot, change) -> Snapshot:
-    for node in snapshot.nodes:
-        for rank in node.ranks:
-            snapshot = map_rank(snapshot, rank.rank, change)
-    return snapshot
-
-
-def _traffic(**fields):
-    """A rank change: its recent_traffic with ``fields`` replaced."""
-    def change(rank: Rank) -> Rank:
-        assert rank.recent_traffic is not None
-        return replace(rank, recent_traffic=replace(rank.recent_traffic, **fields))
-    return change
 
 
 def test_the_hang_behind_a_health_check_is_found_with_strace() -> None:
@@ -58,14 +43,14 @@ def test_the_hang_behind_a_health_check_is_found_with_strace() -> None:
 
 def test_without_the_groups_reading_the_traffic_still_counts() -> None:
     # WHEN the collector did not say which group ran (an older one, a rank of one gloo group)
-    verdict = diagnose(_every_rank(recorded(HANG), _traffic(gloo_ran=()))).verdicts[0]
+    verdict = diagnose(map_every_rank(recorded(HANG), with_traffic(gloo_ran=()))).verdicts[0]
     # THEN the data between ranks is taken for the collectives, as before: the recording's miss
     assert (verdict.kind, verdict.severity) == ("progressing", "info")
 
 
 def test_the_default_group_running_is_progress() -> None:
     # WHEN the default group's workers ran during the window
-    verdict = diagnose(_every_rank(recorded(HANG), _traffic(gloo_ran=(True, True)))).verdicts[0]
+    verdict = diagnose(map_every_rank(recorded(HANG), with_traffic(gloo_ran=(True, True)))).verdicts[0]
     assert verdict.kind == "progressing"
 
 
@@ -78,7 +63,7 @@ def test_a_collective_on_another_group_is_not_judged() -> None:
         groups = tuple((i, name, pg if name == "kwargs" else text) for i, name, text in first.groups)
         return replace(rank, samples=(replace(first, groups=groups), *rank.samples[1:]))
 
-    snapshot = _every_rank(recorded(HANG), given_a_group)
+    snapshot = map_every_rank(recorded(HANG), given_a_group)
     assert diagnose(snapshot).verdicts[0].kind == "progressing"
 
 
@@ -101,13 +86,13 @@ def test_a_look_without_strace_reads_how_long_the_default_group_slept() -> None:
 def test_a_look_soon_after_another_decides_nothing() -> None:
     # WHEN the default group's workers had slept 1 s only before the look (an earlier look's
     # dump woke them)
-    verdict = diagnose(_every_rank(recorded(HANG_LOOK), _traffic(gloo_idle_ms=(1000, 40)))).verdicts[0]
+    verdict = diagnose(map_every_rank(recorded(HANG_LOOK), with_traffic(gloo_idle_ms=(1000, 40)))).verdicts[0]
     assert verdict.kind == "progressing"
 
 
 def test_a_look_without_the_idle_times_decides_nothing() -> None:
     # WHEN they were not read (a kernel without the sched files): the look's ~0.1 s says nothing
-    verdict = diagnose(_every_rank(recorded(HANG_LOOK), _traffic(gloo_idle_ms=()))).verdicts[0]
+    verdict = diagnose(map_every_rank(recorded(HANG_LOOK), with_traffic(gloo_idle_ms=()))).verdicts[0]
     assert verdict.kind == "progressing"
 
 
@@ -127,7 +112,7 @@ def test_a_short_strace_window_decides_nothing() -> None:
         assert rank.strace is not None
         return replace(rank, strace=replace(rank.strace, window_s=0.5))
 
-    assert diagnose(_every_rank(recorded(HANG), shortened)).verdicts[0].kind == "progressing"
+    assert diagnose(map_every_rank(recorded(HANG), shortened)).verdicts[0].kind == "progressing"
 
 
 SIDE = "side_channel_hang.default"
@@ -158,7 +143,7 @@ def _in(op: str):
 def test_a_receive_runs_on_the_calling_thread_and_is_not_judged() -> None:
     # WHEN the ranks wait in recv (gloo runs sends and receives on the calling thread, not on
     # the group's workers: a pipeline's healthy stages waiting for activations leave them asleep)
-    verdict = diagnose(_every_rank(recorded(SIDE), _in("recv"))).verdicts[0]
+    verdict = diagnose(map_every_rank(recorded(SIDE), _in("recv"))).verdicts[0]
     # THEN the data between ranks counts as before
     assert verdict.kind == "progressing"
 
@@ -169,7 +154,7 @@ def test_no_data_between_ranks_is_nothing_to_set_apart() -> None:
         assert rank.recent_traffic is not None
         return replace(rank, recent_traffic=replace(rank.recent_traffic, active=(), quiet_ms=5000))
 
-    verdict = diagnose(_every_rank(recorded(SIDE), silent)).verdicts[0]
+    verdict = diagnose(map_every_rank(recorded(SIDE), silent)).verdicts[0]
     # THEN the verdict says nothing of data that is not the collective's, and how long they waited
     assert verdict.kind == "mismatched_collective"
     assert not any(NOTE in line for line in verdict.evidence), verdict.evidence

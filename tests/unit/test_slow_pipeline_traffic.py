@@ -12,20 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from snapfactory import map_rank, recorded
+from snapfactory import map_every_rank, recorded
 
 from slurmdiag.analysis import diagnose
-from slurmdiag.snapshot import Rank, Snapshot
+from slurmdiag.snapshot import Rank
 
 LOOKS = ("healthy_pipeline_p2p.samples1.two_computing",
          "healthy_pipeline_schedule.samples1.two_computing")
-
-
-def _every_rank(snapshot: Snapshot, change) -> Snapshot:
-    for node in snapshot.nodes:
-        for rank in node.ranks:
-            snapshot = map_rank(snapshot, rank.rank, change)
-    return snapshot
 
 
 def test_a_pipeline_moving_an_activation_a_second_is_progressing() -> None:
@@ -45,7 +38,7 @@ def test_its_liar_the_same_calls_without_data_between_ranks_are_not_progress() -
     # WHEN tcp_info says no connection to another rank carried data in the window (the calls
     # were a store's, or failed reads): a few calls prove nothing, the stacks decide
     for name in LOOKS:
-        verdict = diagnose(_every_rank(recorded(name), _quiet)).verdicts[0]
+        verdict = diagnose(map_every_rank(recorded(name), _quiet)).verdicts[0]
         assert (verdict.kind, verdict.severity) == ("spinning", "warning"), (name, verdict.summary)
 
 
@@ -56,5 +49,5 @@ def _not_read_again(rank: Rank) -> Rank:
 def test_without_the_connections_read_again_the_bar_stays_eight_calls() -> None:
     # WHEN an older collector did not read the connections at strace's end
     for name in LOOKS:
-        verdict = diagnose(_every_rank(recorded(name), _not_read_again)).verdicts[0]
+        verdict = diagnose(map_every_rank(recorded(name), _not_read_again)).verdicts[0]
         assert verdict.kind == "spinning", (name, verdict.summary)
