@@ -412,6 +412,7 @@ class _Status:
     ended: bool = False  # its main thread is past its program's end (program_ended)
     on_a_thread: bool = False  # waiting in a collective through another thread than main
     waits_for: int | None = None  # the rank it waits for, when known (a file lock's holder)
+    through_thread: bool = False  # busy through another thread that computes (_thread_computes)
 
     @property
     def rank(self) -> int:
@@ -469,10 +470,11 @@ def _main_thread_computes(digest: RankDigest) -> bool:
 
 
 #: The share of a core (%) a rank whose main thread waits must use over the look for another
-#: thread of it to compute: a thread on a crowded node's core gets ~50 % (many_threads, one
-#: sample: 49 %); a hung rank's background threads (gloo's loops, a health check ten times a
-#: second) ~1 %.
-THREAD_WORKING_CPU_PERCENT = 25.0
+#: thread of it to compute: a thread computing on a crowded node's core got 21-35 % in the
+#: accuracy runs (many_threads, dead_reader_busy_sidecar: six jobs' ranks on two cores), 60-95 %
+#: with fewer; a hung rank's background threads (gloo's loops, a health check ten times a
+#: second) 0-2.4 %.
+THREAD_WORKING_CPU_PERCENT = 10.0
 
 
 def _thread_computes(digest: RankDigest) -> bool:
@@ -623,7 +625,8 @@ def _main_status(merge: StackMerge, digest: RankDigest) -> _Status:
         if info.kind in ("data_loading", "lock") and not _in_pool(info) \
                 and _thread_computes(digest):
             # waiting for a thread of its own that computes: the rank works through it
-            return _Status(digest, "busy", "input", info.site, None, None, info)
+            return _Status(digest, "busy", "input", info.site, None, None, info,
+                           through_thread=True)
         if info.kind == "lock" and _in_pool(info):
             # Pool.map & co: waiting for the pool's worker processes, not for a lock
             if _workers_running(proc, "child"):
@@ -1553,6 +1556,20 @@ def _thread_frames(frames: str) -> bool:
     """The traceback's outermost frame is a thread's start (threading's _bootstrap_inner)."""
     first = frames.split("\n", 1)[0]
     return first.endswith(":_bootstrap_inner") and "threading.py:" in first
+
+
+def _fed_by_a_dead_thread(s: _Status, findings: Sequence[LogFinding]) -> _Status:
+    """A rank taken as working through a thread of its own (_thread_computes) whose job log
+    holds the traceback of a thread that died (_dead_threads: its own, or unlabelled): the
+    thread its main thread waits for is most likely that one, not the one that computes
+    (dead_reader_busy_sidecar: a validation tokenizer busy beside a dead prefetch thread, which
+    was "a slow worker thread or a hang, cannot tell"). Blocked again, as without the thread
+    that computes. What would make this lie: a slow worker thread beside an unrelated thread
+    that died (a progress bar's): a straggler called on a slow job."""
+    if not s.through_thread or s.info is None:
+        return s
+    blocked = replace(s, status="blocked", kind=s.info.kind, through_thread=False)
+    return blocked if _dead_threads([blocked], findings) else s
 
 
 def _with_dead_threads(verdict: Verdict, blocked: list[_Status],
@@ -3079,6 +3096,7 @@ def _hang_verdicts(
         ], False
 
     statuses = _between_attempts(statuses)
+    statuses = [_fed_by_a_dead_thread(s, snapshot.log_findings) for s in statuses]
     held = _lock_waits(statuses)  # before peer waits turn its waiters into "waiting"
     if not held:
         statuses = _waits_for_lock_holders(statuses)

@@ -16,7 +16,7 @@ from snapfactory import recorded
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.verdicts import STRAGGLER_STEPS
-from slurmdiag.snapshot import Snapshot
+from slurmdiag.snapshot import LogFinding, Snapshot
 
 
 def _findings(snapshot: Snapshot, **fields) -> Snapshot:
@@ -64,3 +64,28 @@ def test_another_ranks_dead_thread_is_not_this_ranks() -> None:
     snapshot = _findings(recorded("pipeline_heartbeat_hang.default"), rank=1)
     verdict = diagnose(snapshot).verdicts[0]
     assert verdict.culprit_ranks == (3,) and "died" not in verdict.summary
+
+
+def _thread_traceback(frames: str) -> LogFinding:
+    return LogFinding(source="/tmp/job-7.out", line_no=12, kind="traceback",
+                      text="EOFError: record 3 truncated", rank=None,
+                      fields={"exception": "EOFError", "site": "/work/loader.py:28",
+                              "function": "read_batch", "frames": frames})
+
+
+def test_a_thread_that_computes_does_not_hide_a_dead_one() -> None:
+    # GIVEN the slow-labels look (rank 3's main thread in queue.get(), its loader computing:
+    # "a slow worker thread or a hang, cannot tell")
+    snapshot = recorded("healthy_pipeline_slow_labels.samples1")
+    assert diagnose(snapshot).verdicts[0].kind == "slow_step"
+    # WHEN the job's log holds a thread's traceback (another thread of it died)
+    dead = _thread_traceback("/usr/lib/python3.11/threading.py:1045:_bootstrap_inner\n"
+                             "/usr/lib/python3.11/threading.py:982:run\n"
+                             "/work/loader.py:28:read_batch")
+    verdict = diagnose(replace(snapshot, log_findings=(dead,))).verdicts[0]
+    # THEN the rank is blocked again, the dead thread said
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (3,))
+    assert "a thread of the job died: EOFError in read_batch" in verdict.summary
+    # AND a traceback of the main thread (a program's) does not do it
+    main = _thread_traceback("/work/train.py:90:<module>\n/work/loader.py:28:read_batch")
+    assert diagnose(replace(snapshot, log_findings=(main,))).verdicts[0].kind == "slow_step"
