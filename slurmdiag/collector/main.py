@@ -127,7 +127,7 @@ class Collection:
         self.schedules = {}  # type: dict
         # a rank's gloo groups: pid -> their workers (gloo_workers, [] for none); the threads
         # watched are those groups' and then the main thread's ([pid]): without strace, how
-        # long each had been idle before the first dump (gloo_idle_ms); their schedule after
+        # long each had been idle before the first dump (idle_ms_of); their schedule after
         # it (gloo_schedule), where gloo_groups_ran starts; what that says at strace's
         # window's end (window_end), the main thread's last
         self.gloo_workers = {}  # type: dict
@@ -438,7 +438,7 @@ def read_gloo_groups(run, traced, rounds):
     strace's attach and the first dump, which wake every thread: whether they run during
     strace's window is read at its end (window_end); without strace, a look's ~0.1 s from its dump to its end is too short for
     workers asleep then to mean anything, so how long they had been idle is read now too
-    (gloo_idle_ms). Not at all without strace and with more than one round: the later rounds'
+    (idle_ms_of). Not at all without strace and with more than one round: the later rounds'
     dumps (blocking) wake every thread again, so no group would be seen asleep."""
     if not traced and rounds > 1:
         return

@@ -483,12 +483,6 @@ def _last_cpu(pid, tid):
     return _as_int(fields[36]) if len(fields) > 36 else None
 
 
-def gloo_idle_ms(pid, groups):
-    """[ms since a thread of each group (gloo_workers') last ran], or None when it cannot be
-    read: idle_ms_of for one process."""
-    return idle_ms_of({pid: groups})[pid]
-
-
 def _last_runs(pid, groups, allowed):
     """[[(the CPU, its clock's ms) when each thread of a group last ran]], or None when any
     cannot be read (or ran on a CPU this thread may not move to)."""

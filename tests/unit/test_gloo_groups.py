@@ -69,7 +69,7 @@ def test_the_working_group_ran_and_the_other_slept(groups: list[_Thread]) -> Non
     time.sleep(0.3)
     assert stacks.gloo_groups_ran(pid, before) == [False, True]
     # how long each had slept, on the clock of the CPU each last ran on (a VM's are far apart)
-    idle = stacks.gloo_idle_ms(pid, workers)
+    idle = stacks.idle_ms_of({pid: workers})[pid]
     assert idle is not None and idle[0] >= 250 and idle[1] < 100, idle
 
 
