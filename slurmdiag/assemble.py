@@ -105,6 +105,7 @@ def _samples(raw: list[nd.Sample] | None) -> tuple[Sample, ...]:
                 same_as=_index(item.get("same_as")),
                 again=item.get("again") is True,
                 groups=_group_locals(item.get("groups")),
+                **_waited(item.get("waited")),
             )
         )
     return tuple(samples)
@@ -119,6 +120,16 @@ def _io_counters(raw: Any) -> tuple[int, ...] | None:
             isinstance(v, int) and not isinstance(v, bool) for v in raw):
         return tuple(raw)
     return None
+
+
+def _waited(raw: nd.Waited | None) -> dict[str, Any]:
+    """Sample's ``waited`` and ``waited_holders`` from the collector's ``waited``."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("object"), str):
+        return {}
+    holders = raw.get("holders")
+    return {"waited": raw["object"][:200],
+            "waited_holders": tuple(h for h in holders if _index(h) is not None)
+            if isinstance(holders, list) else ()}
 
 
 def _group_locals(raw: Any) -> tuple[tuple[int, str, str], ...]:

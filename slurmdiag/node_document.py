@@ -49,6 +49,14 @@ class Usage(TypedDict, total=False):
     main_io: list[int] | None  # the same of the main thread, /proc/PID/task/PID/io
 
 
+class Waited(TypedDict, total=False):
+    """What a rank's main thread waits on for another thread (collector's waited_holders)."""
+
+    object: str  # repr of the queue, event, condition... (the wait's ``self``)
+    owner: str | None  # repr of the calling frame's ``self`` (whose ``self._queue`` it is)
+    holders: list[int]  # OS ids of the other threads whose locals hold the object or its owner
+
+
 class Sample(TypedDict, total=False):
     t: float  # seconds since the collector started
     threads: list[dict[str, Any]] | None  # py-spy's JSON threads, slimmed (parse_pyspy_json)
@@ -58,6 +66,7 @@ class Sample(TypedDict, total=False):
     again: bool  # one more than asked: its wait changed after its last round (sample_again)
     usage: Usage
     groups: list[list[Any]]  # first round, ranks only: [frame index, local name, repr] (group_locals)
+    waited: Waited  # first round, ranks only, when the main thread waits on a queue, an event
 
 
 class Strace(TypedDict, total=False):

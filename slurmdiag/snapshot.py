@@ -65,6 +65,12 @@ class Sample:
     # (frame index in the main thread, local name, repr): the process-group locals of the
     # first round's py-spy --locals (collector's group_locals), () when not read
     groups: tuple[tuple[int, str, str], ...] = ()
+    # the first round's --locals too (collector's waited_holders): the repr of what the main
+    # thread waits on for another thread (a queue's get or put, an event's or a condition's
+    # wait), and the OS ids of the other threads whose locals hold it; None when not read or
+    # the main thread waits on no such object
+    waited: str | None = None
+    waited_holders: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

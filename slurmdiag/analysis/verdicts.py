@@ -484,17 +484,66 @@ def _thread_computes(digest: RankDigest) -> bool:
     thread works through it (healthy_pipeline_slow_labels: labels decoded on a loader thread
     for 2.5 s each, the main thread in queue.get()); one whose producer died, with only a
     health thread's ticks beside it (pipeline_heartbeat_hang: 0-1.4 % CPU), stays blocked. Its
-    liar: a thread spinning for ever in the job's code (a slow thread or a hang, cannot tell)."""
+    liar: a thread spinning for ever in the job's code (a slow thread or a hang, cannot tell).
+    When the first round's --locals found the threads that hold what the main thread waits on
+    (_waited_holders: its queue or event, or the object whose method waits on it), only those
+    count: a sampling profiler that computes beside an idle fill thread stuck in a socket read
+    is not what the main thread waits for (stalled_loader_busy_sampler). What makes that lie: a
+    thread handed the queue that does not feed it (a monitor reading its size) while the real
+    producer, reaching a global queue, computes."""
+    threads = _computing_threads(digest)
+    holders = _waited_holders(digest)
+    if holders:
+        return any(t.os_thread_id in holders for t in threads)
+    return bool(threads)
+
+
+def _waited_holders(digest: RankDigest) -> frozenset[int]:
+    """The OS ids of the threads whose locals hold what the main thread waits on (a queue, an
+    event, or the object whose method waits on it), read in the first round (collector's
+    waited_holders); empty when not read or none holds it."""
+    waited = next((x for x in digest.proc.samples if x.waited is not None), None)
+    return frozenset(waited.waited_holders) if waited is not None else frozenset()
+
+
+def _holder_evidence(s: _Status) -> str | None:
+    """ "rank 2: its main thread waits on <Queue at 0x..>, held by thread shard-fill (its
+    locals, py-spy --locals)" when the first round read what the main thread waits on and who
+    holds it (_waited_holders)."""
+    first = next((x for x in s.digest.proc.samples if x.waited is not None), None)
+    if first is None or s.kind not in ("data_loading", "lock"):
+        return None
+    names = {t.os_thread_id: t.name or str(t.thread_id) for x in s.digest.proc.samples
+             for t in x.threads if t.os_thread_id is not None}
+    held = sorted(names.get(tid, f"tid {tid}") for tid in first.waited_holders)
+    by = (f"held by thread{'s' if len(held) > 1 else ''} {', '.join(held[:3])}" if held
+          else "held by no other thread's locals (a global, or an object reached otherwise)")
+    return f"rank {s.rank}: its main thread waits on {first.waited}, {by} (py-spy --locals)"
+
+
+def _computing_threads(digest: RankDigest) -> list[ThreadStack]:
+    """The threads of _thread_computes: other than the main one, in the job's own code, active
+    in the last sample, the process at THREAD_WORKING_CPU_PERCENT of a core at least."""
     cpu = digest.proc.cpu_percent
     samples = [x for x in digest.proc.samples if x.threads]
     if cpu is None or cpu < THREAD_WORKING_CPU_PERCENT or not samples:
-        return False
+        return []
     main = main_thread(samples[-1], digest.proc.pid)
-    return any(
-        t.active and (main is None or t.thread_id != main.thread_id)
+    return [
+        t for t in samples[-1].threads
+        if t.active and (main is None or t.thread_id != main.thread_id)
         and any(not f.native and is_user_file(f.file) for f in t.frames)
-        for t in samples[-1].threads
-    )
+    ]
+
+
+def _producer_computes(digest: RankDigest) -> str | None:
+    """The repr of the queue or event the main thread waits on when a thread that computes
+    (_computing_threads) holds it in its locals (the first round's py-spy --locals: a loader
+    thread handed its queue), else None: the thread it waits for lives and works."""
+    holders = _waited_holders(digest)
+    if holders and any(t.os_thread_id in holders for t in _computing_threads(digest)):
+        return next(x.waited for x in digest.proc.samples if x.waited is not None)
+    return None
 
 
 def _measured_work(digest: RankDigest) -> bool | None:
@@ -1522,6 +1571,7 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
     summary = f"{_ranks_label(ranks)} {verb} {places}{tail}"
     evidence = [_proc_evidence(s) for s in blocked[:8]]
     evidence.extend(line for s in blocked[:4] for line in _call_evidence(s))
+    evidence.extend(line for s in blocked[:4] if (line := _holder_evidence(s)))
     if waiting:
         evidence.extend(_group_evidence(waiting, limit=4))
     return Verdict(
@@ -1565,8 +1615,12 @@ def _fed_by_a_dead_thread(s: _Status, findings: Sequence[LogFinding]) -> _Status
     (dead_reader_busy_sidecar: a validation tokenizer busy beside a dead prefetch thread, which
     was "a slow worker thread or a hang, cannot tell"). Blocked again, as without the thread
     that computes. What would make this lie: a slow worker thread beside an unrelated thread
-    that died (a progress bar's): a straggler called on a slow job."""
-    if not s.through_thread or s.info is None:
+    that died (a progress bar's): a straggler called on a slow job; so not when the thread that
+    computes holds the queue or event the main thread waits on (_producer_computes:
+    healthy_slow_labels_dead_telemetry, a metrics thread dead at the start beside a slow label
+    loader). A producer that reaches its queue through an attribute (``self.queue``) shows no
+    such hold: still blocked then."""
+    if not s.through_thread or s.info is None or _producer_computes(s.digest) is not None:
         return s
     blocked = replace(s, status="blocked", kind=s.info.kind, through_thread=False)
     return blocked if _dead_threads([blocked], findings) else s
@@ -2246,6 +2300,8 @@ def _slow_input(inputs: list[_Status], waiting: list[_Status]) -> Verdict:
         kinds, what, task = "threads", "a slow worker thread", "a thread's work"
         workers = [f"rank {s.rank}: thread {s.digest.side_threads[0][0]} on a CPU, the process "
                    f"at {s.digest.proc.cpu_percent or 0:.0f}% CPU"
+                   + (f"; a thread that computes holds the {held} its main thread waits on"
+                      if (held := _producer_computes(s.digest)) else "")
                    for s in inputs if s.digest.side_threads]
     why = (
         f"{_ranks_label(ranks)} {_verb(ranks, 'waits', 'wait')} for {kinds} that run "

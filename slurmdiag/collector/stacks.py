@@ -402,6 +402,82 @@ def group_locals(threads, pid):
     return out
 
 
+#: (stdlib file, functions) whose ``self`` is what a thread waits on for another thread: a
+#: queue's get or put, an Event's, a Condition's or a Barrier's wait, a Semaphore's acquire.
+_THREAD_WAITS = (
+    ("queue.py", ("get", "put")),
+    ("threading.py", ("wait", "acquire", "wait_for")),
+)
+
+
+def _self_of(frame):
+    """The repr of a frame's ``self`` local when it is an object with an address, else None."""
+    text = next((str(item.get("repr") or "") for item in frame.get("locals") or ()
+                 if item.get("name") == "self"), "")
+    return text if " at 0x" in text else None
+
+
+def _waited_object(frames):
+    """(what the main thread's frames, innermost first, wait on for another thread, the object
+    whose method waits on it), or None: the ``self`` of the outermost of its innermost run of
+    thread-to-thread waits (``Queue.get`` above the ``Condition.wait`` it calls: the queue),
+    and the ``self`` of the frame that called it (a ``Prefetcher`` whose ``self._queue`` it
+    is), None there for a function."""
+    found = None
+    for frame in frames:
+        file, name = frame.get("filename") or "", _bare(frame.get("name"))
+        if frame.get("module"):  # a native frame (--native: its library): the C code under it
+            continue
+        if not any(file.endswith("/" + stdlib) and name in names
+                   for stdlib, names in _THREAD_WAITS):
+            return (found, _self_of(frame)) if found else None
+        found = _self_of(frame) or found
+    return (found, None) if found else None
+
+
+def _address(text):
+    return text[text.index(" at 0x") + 4:].split(">", 1)[0]
+
+
+def waited_holders(threads, pid):
+    """{"object": repr, "owner": repr or None, "holders": [OS thread ids]} of ``pid``'s main
+    thread parked on a queue, an event, a condition, a barrier or a semaphore
+    (_waited_object): the other threads whose locals (py-spy --locals, any frame) hold that
+    object or its owner, by address; None when the main thread waits on none. A loader thread
+    handed its queue as an argument holds it, and so does a ``Prefetcher``'s fill thread (its
+    ``self``, the owner of the ``self._queue`` the main thread waits on); a producer reaching a
+    module's global queue holds neither, so no holder proves no producer. What makes it lie:
+    another method of the owner on a thread of its own (a ``Trainer``'s heartbeat) holds it
+    too."""
+    main = next((t for t in threads if t.get("os_thread_id") == pid), None)
+    waited = _waited_object((main or {}).get("frames") or ())
+    if waited is None:
+        return None
+    addresses = [_address(text) for text in waited if text]
+    holders = []
+    for thread in threads:
+        if thread is main or thread.get("os_thread_id") is None:
+            continue
+        for frame in thread.get("frames") or ():
+            if any(_holds(str(item.get("repr") or ""), address)
+                   for item in frame.get("locals") or () for address in addresses):
+                holders.append(thread["os_thread_id"])
+                break
+    return {"object": waited[0][:200], "owner": waited[1] and waited[1][:200],
+            "holders": holders}
+
+
+def _holds(text, address):
+    """``text`` (a local's repr) names the object at ``address`` (not a longer address)."""
+    start = text.find(address)
+    while start >= 0:
+        end = start + len(address)
+        if end == len(text) or text[end] not in "0123456789abcdef":
+            return True
+        start = text.find(address, end)
+    return False
+
+
 def read_schedule(pid):
     """{TID: (times put on a CPU, ns run)} of every thread of ``pid`` (/proc/PID/task/TID/
     schedstat), or None when any cannot be read (a kernel without CONFIG_SCHED_INFO)."""
@@ -654,6 +730,9 @@ def dump_stack(pyspy, pid, native, clock, traced=False, groups=False):
             sample = {"t": t, "threads": slim_threads(raw), "error": None, "usage": usage}
             if groups:
                 sample["groups"] = group_locals(raw, pid)
+                waited = waited_holders(raw, pid)
+                if waited is not None:
+                    sample["waited"] = waited
             if note:
                 sample["note"] = note
             return sample

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from snapfactory import recorded
+from snapfactory import map_every_rank, map_rank, recorded
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.verdicts import STRAGGLER_STEPS
-from slurmdiag.snapshot import LogFinding, Snapshot
+from slurmdiag.snapshot import LogFinding, Rank, Snapshot
 
 
 def _findings(snapshot: Snapshot, **fields) -> Snapshot:
@@ -89,3 +89,85 @@ def test_a_thread_that_computes_does_not_hide_a_dead_one() -> None:
     # AND a traceback of the main thread (a program's) does not do it
     main = _thread_traceback("/work/train.py:90:<module>\n/work/loader.py:28:read_batch")
     assert diagnose(replace(snapshot, log_findings=(main,))).verdicts[0].kind == "slow_step"
+
+
+def _waiting_on(snapshot: Snapshot, holders: tuple[int, ...]) -> Snapshot:
+    """``snapshot`` with rank 3's first sample read as the collector's --locals reads it: its
+    main thread in ``queue.get()`` of the label queue, held by the threads ``holders``."""
+    def change(rank: Rank) -> Rank:
+        first, *rest = rank.samples
+        return replace(rank, samples=(replace(first, waited="<Queue at 0x7f1f0d5fdd90>",
+                                              waited_holders=holders), *rest))
+    return map_rank(snapshot, 3, change)
+
+
+LOADER, HEALTH = 598, 591  # rank 3's label-loader (active, computing) and health-check threads
+
+
+def test_a_dead_thread_beside_the_live_producer_that_computes_is_not_the_one_waited_for() -> None:
+    # GIVEN the slow-labels look with a thread's traceback in the job's log (a telemetry
+    # thread dead at the start: healthy_slow_labels_dead_telemetry, a false alarm when written)
+    dead = _thread_traceback("/usr/lib/python3.11/threading.py:1045:_bootstrap_inner\n"
+                             "/usr/lib/python3.11/threading.py:982:run\n"
+                             "/work/telemetry.py:31:push_metrics")
+    snapshot = replace(recorded("healthy_pipeline_slow_labels.samples1"), log_findings=(dead,))
+    # WHEN the collector found that the loader thread, which computes, holds the waited queue
+    verdict = diagnose(_waiting_on(snapshot, (LOADER,))).verdicts[0]
+    # THEN the producer lives and works: "cannot tell", not a straggler, and the hold is said
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("slow_step", "info", (3,))
+    assert any("a thread that computes holds the <Queue at 0x7f1f0d5fdd90> its main thread "
+               "waits on" in e for e in verdict.evidence)
+    # AND held by a thread that does not compute, the dead thread is taken for the producer
+    held = diagnose(_waiting_on(snapshot, (HEALTH,))).verdicts[0]
+    assert (held.kind, held.culprit_ranks) == ("straggler", (3,))
+
+
+def test_a_thread_that_computes_without_holding_the_waited_queue_is_not_worked_through() -> None:
+    # GIVEN the slow-labels look, no traceback: "cannot tell" by the loader that computes
+    snapshot = recorded("healthy_pipeline_slow_labels.samples1")
+    assert diagnose(_waiting_on(snapshot, (LOADER,))).verdicts[0].kind == "slow_step"
+    # WHEN the threads holding the waited queue are others, idle (the fill thread stuck in a
+    # socket read beside a profiler that computes: stalled_loader_busy_sampler)
+    verdict = diagnose(_waiting_on(snapshot, (HEALTH,))).verdicts[0]
+    # THEN the rank is blocked on its queue: a straggler
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (3,))
+    # AND with no holder read (an older collector, a global queue) the thread that computes
+    # still counts
+    assert diagnose(_waiting_on(snapshot, ())).verdicts[0].kind == "slow_step"
+
+
+def test_the_recorded_look_holds_the_loaders_hold_of_the_label_queue() -> None:
+    # a real look of healthy_slow_labels_dead_telemetry (attach with the defaults): the
+    # collector's --locals reading reached the snapshot, the loader thread its queue's holder
+    snapshot = recorded("healthy_slow_labels_dead_telemetry.default")
+    rank = next(r for _, r in snapshot.all_ranks() if r.rank == 3)
+    first = rank.samples[0]
+    loader = next(t.os_thread_id for t in first.threads if t.name == "label-loader")
+    assert first.waited is not None and first.waited.startswith("<Queue at 0x")
+    assert first.waited_holders == (loader,)
+    assert all(x.waited is None for _, r in snapshot.all_ranks() if r.rank != 3
+               for x in r.samples)  # ranks 0-2 wait in sends and receives, on no queue
+    assert len(snapshot.log_findings) == 4  # the four telemetry threads' tracebacks
+    assert all(v.severity == "info" for v in diagnose(snapshot).verdicts)
+
+
+def _without_holders(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` as an older collector read it: no holders of what main threads wait on."""
+    return map_every_rank(snapshot, lambda r: replace(r, samples=tuple(
+        replace(x, waited_holders=()) for x in r.samples)))
+
+
+def test_a_stalled_fill_thread_beside_a_busy_tokenizer_is_a_straggler() -> None:
+    # a real look (--samples 1) of stalled_loader_busy_tokenizer: rank 2's fill thread in a
+    # socket read nothing answers, its main thread in queue.get(), its val-tokenize thread
+    # computing (28 % CPU), no traceback anywhere
+    snapshot = recorded("stalled_loader_busy_tokenizer.samples1")
+    verdict = diagnose(snapshot).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
+    assert verdict.sites[0].endswith("tests/scenarios/stalled_loader_busy_tokenizer.py:60")
+    assert any(e.startswith("rank 2: its main thread waits on <Queue at 0x")
+               and e.endswith("held by thread shard-fill (py-spy --locals)")
+               for e in verdict.evidence)
+    # AND without the collector's holders it was the missed hang it was when written
+    old = diagnose(_without_holders(snapshot)).verdicts[0]
+    assert (old.kind, old.severity) == ("slow_step", "info")

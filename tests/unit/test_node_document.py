@@ -30,7 +30,7 @@ NESTED: dict[str, type] = {
     "nics": nd.Nics, "interfaces": nd.Interface, "ib_ports": nd.IbPort,
     "recent_traffic": nd.RecentTraffic, "active": nd.RecentConnection,
     "stalled": nd.StalledConnection, "file_locks": nd.FileLock, "tracer": nd.Tracer,
-    "blocked_calls": nd.BlockedCall, "aligned": nd.Aligned,
+    "blocked_calls": nd.BlockedCall, "aligned": nd.Aligned, "waited": nd.Waited,
 }
 FREE_FORM = {"tools", "timings", "env", "threads"}  # keyed by data (tool, phase, variable, TID)
 
