@@ -1003,6 +1003,82 @@ def _in_event_loop(s: _Status) -> bool:
                and f.file.endswith("asyncio/base_events.py") for f in frames)
 
 
+#: A server's accept loop, (library file, function): the stdlib's socketserver (http.server,
+#: xmlrpc.server, wsgiref, and werkzeug's, Flask's development server, on top of it),
+#: werkzeug's own, uvicorn's, aiohttp's run_app and gRPC's wait_for_termination.
+_SERVE_LOOPS = (
+    ("/socketserver.py", "serve_forever"),
+    ("werkzeug/serving.py", "serve_forever"),
+    ("uvicorn/server.py", "serve"),
+    ("uvicorn/server.py", "run"),
+    ("aiohttp/web.py", "run_app"),
+    ("grpc/_server.py", "wait_for_termination"),
+)
+
+
+def _serving(s: _Status) -> str | None:
+    """``"serve_forever (socketserver.py)"`` for a rank whose main thread waits for clients in a
+    server's accept loop (_SERVE_LOOPS), no other thread of it in a collective (a request's
+    handler stuck in one is not idle); else None."""
+    info = s.info
+    found = next((f"{f.function} ({library_path(f.file)})" for f in (info.frames if info else ())
+                  if not f.native and any(f.file.endswith(file)
+                                          and f.function.rsplit(".", 1)[-1] == name
+                                          for file, name in _SERVE_LOOPS)), None)
+    samples = [x for x in s.digest.proc.samples if x.threads]
+    if found is None or not samples:
+        return found
+    main = main_thread(samples[-1], s.digest.proc.pid)
+    in_collective = any(f.file.endswith("distributed/distributed_c10d.py")
+                        for t in samples[-1].threads if main is None or t.thread_id != main.thread_id
+                        for f in t.frames)
+    return None if in_collective else found
+
+
+def _commanded_by(waiting: list[_Status], serving: list[_Status]) -> bool:
+    """Every waiting rank waits in a broadcast or a receive from a serving rank (its root or peer
+    read from the c10d wrapper's locals): a service's workers waiting for its next command
+    (Megatron-LM's text generation server: rank 0 serves HTTP, the others loop on a broadcast
+    from it)."""
+    roots = {s.rank for s in serving}
+    return bool(waiting) and all(
+        (s.op in ("broadcast", "broadcast_object_list") and _root_of(s) in roots)
+        or (s.op == "recv" and _peer_of(s) in roots) for s in waiting)
+
+
+def _serving_step(serving: list[_Status], waiting: list[_Status]) -> Verdict:
+    """A service idle between requests (_serving, _commanded_by): its server rank waits for
+    clients, the others for the command it broadcasts on the next request. What would make
+    this lie: the server's clients that never come because they wait for the job, which the
+    job's stacks cannot show."""
+    ranks = [s.rank for s in serving]
+    loops = _unique(loop for s in serving if (loop := _serving(s)))
+    sites = _unique(s.site for s in serving)
+    summary = (
+        f"a service waiting for its clients, not a hang: {_ranks_label(ranks)} "
+        f"{_verb(ranks, 'serves', 'serve')} requests in {', '.join(loops)} at "
+        f"{', '.join(sites[:3])} while {_waiting_phrase(waiting)} for "
+        f"{'its' if len(ranks) == 1 else 'their'} next command")
+    why = ("a server's accept loop waits for clients by design, and ranks waiting in a broadcast "
+           "or a receive from it wait for the command a request sends them (a model served "
+           "with torch.distributed, as Megatron-LM's text generation server does); a request "
+           "that never completes would leave a handler thread in the job's code or in a "
+           "collective")
+    return Verdict(
+        kind=VerdictKind.IDLE,
+        severity="info",
+        confidence="medium",
+        summary=summary,
+        culprit_ranks=tuple(ranks),
+        sites=sites,
+        evidence=(*[_proc_evidence(s) for s in serving[:8]], *_group_evidence(waiting, limit=4),
+                  why),
+        next_step=("send the service a request (or look at its clients): the waiting ranks "
+                   "move with the command it broadcasts; a request that hangs leaves its "
+                   "handler thread in the stacks (py-spy dump --pid PID)"),
+    )
+
+
 def _traced(s: _Status) -> bool:
     """Held in a tracing stop (state t): by a debugger, not by a signal."""
     return (s.digest.proc.state or "")[:1] == "t"
@@ -3269,6 +3345,12 @@ def _hang_verdicts(
             and not layout.missing and not ended and not long_wait:
         verdicts.append(_compile_step(compiling, waiting))
         blocked, busy = [], []
+    serving = [s for s in blocked if _serving(s)]
+    if serving and len(serving) == len(blocked) and not busy and not dead \
+            and not layout.missing and not ended and _commanded_by(waiting, serving):
+        # no long_wait here: a service idle overnight raised its process group's timeout
+        verdicts.append(_serving_step(serving, waiting))
+        blocked = []
     if blocked and (waiting or dead or layout.missing or ended):
         verdicts.append(_with_dead_threads(_straggler(blocked, waiting, severity), blocked,
                                            snapshot.log_findings))

@@ -1,0 +1,51 @@
+"""A model served with torch.distributed, idle between requests, is no hang (real looks:
+`healthy_generation_server`, Megatron-LM's text generation server in small, and its hung twin
+`generation_server_worker_stuck`).
+
+Rank 0 serves HTTP on its main thread (socketserver's accept loop) and broadcasts each request's
+command to the other ranks, which loop on that broadcast: while no request comes, rank 0 sits
+in a select on its listening socket and ranks 1-3 in the broadcast, the sight of
+`accept_no_client` (a rank in accept() for a client that never comes). It was a critical
+straggler verdict on a healthy service."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from snapfactory import map_every_rank, recorded
+
+from slurmdiag.analysis import diagnose
+from slurmdiag.snapshot import Rank, Snapshot
+
+
+def _without_locals(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with no process-group locals read (the broadcast's root unknown)."""
+    def change(rank: Rank) -> Rank:
+        return replace(rank, samples=tuple(replace(x, groups=()) for x in rank.samples))
+    return map_every_rank(snapshot, change)
+
+
+def test_an_idle_service_is_said_as_one() -> None:
+    verdicts = diagnose(recorded("healthy_generation_server.samples1")).verdicts
+    assert all(v.severity == "info" for v in verdicts)
+    verdict = verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("idle", (0,))
+    assert verdict.summary.startswith(
+        "a service waiting for its clients, not a hang: rank 0 serves requests in "
+        "BaseServer.serve_forever (socketserver.py) at ")
+    assert "while ranks 1-3 wait in broadcast at " in verdict.summary
+    assert verdict.sites[0].endswith("tests/scenarios/healthy_generation_server.py:93")
+
+
+def test_workers_not_known_to_wait_for_the_server_leave_it_a_straggler() -> None:
+    # WHEN the broadcast's root cannot be read, the waiting ranks may wait for anyone
+    verdict = diagnose(_without_locals(recorded("healthy_generation_server.samples1"))).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (0,))
+
+
+def test_a_request_stuck_on_a_worker_is_a_straggler_there() -> None:
+    # rank 2's shard waits for a lock it left held; rank 0's handler thread waits in the
+    # logits' all_reduce with ranks 1 and 3, its main thread in the accept loop
+    verdict = diagnose(recorded("generation_server_worker_stuck.default")).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
+    assert "thread Thread-2 (process_request_thread)" in verdict.summary
