@@ -603,6 +603,8 @@ def _status(merge: StackMerge, digest: RankDigest) -> _Status:
                        via=f"held by thread {name}, idle in a call there; its main thread "
                        f"stopped at {status.site}")
     side = digest.side_collective
+    if status.status == "blocked" and side is None:
+        return _request_in_flight(status)
     if status.status != "blocked" or side is None or status.kind in _OWN_BLOCKS:
         return status
     name, info = side
@@ -1018,21 +1020,73 @@ _SERVE_LOOPS = (
 
 def _serving(s: _Status) -> str | None:
     """``"serve_forever (socketserver.py)"`` for a rank whose main thread waits for clients in a
-    server's accept loop (_SERVE_LOOPS), no other thread of it in a collective (a request's
-    handler stuck in one is not idle); else None."""
-    info = s.info
-    found = next((f"{f.function} ({library_path(f.file)})" for f in (info.frames if info else ())
-                  if not f.native and any(f.file.endswith(file)
-                                          and f.function.rsplit(".", 1)[-1] == name
-                                          for file, name in _SERVE_LOOPS)), None)
+    server's accept loop (_SERVE_LOOPS) with no frame of the job's code inside it (a request
+    handled on the main thread is not idle: server_shutdown_deadlock, a handler that calls
+    its single-threaded server's shutdown()), no request's handler thread in flight through
+    the look (_handlers_in_flight) and no other thread of it in a collective; else None."""
+    frames = s.info.frames if s.info is not None else ()  # innermost first
+    at = _serve_loop_at(frames)
     samples = [x for x in s.digest.proc.samples if x.threads]
-    if found is None or not samples:
-        return found
+    if at is None or not samples or _handlers_in_flight(s.digest):
+        return None
     main = main_thread(samples[-1], s.digest.proc.pid)
-    in_collective = any(f.file.endswith("distributed/distributed_c10d.py")
-                        for t in samples[-1].threads if main is None or t.thread_id != main.thread_id
-                        for f in t.frames)
-    return None if in_collective else found
+    if any(f.file.endswith("distributed/distributed_c10d.py")
+           for t in samples[-1].threads if main is None or t.thread_id != main.thread_id
+           for f in t.frames):
+        return None
+    return f"{frames[at].function} ({library_path(frames[at].file)})"
+
+
+def _serve_loop_at(frames: Sequence[Frame]) -> int | None:
+    """The index of a server's accept loop (_SERVE_LOOPS) among ``frames`` (innermost first)
+    when no frame of the job's code is inside it (idle, not handling a request), else None."""
+    at = next((i for i, f in enumerate(frames)
+               if not f.native and any(f.file.endswith(file)
+                                       and f.function.rsplit(".", 1)[-1] == name
+                                       for file, name in _SERVE_LOOPS)), None)
+    if at is None or any(not f.native and is_user_file(f.file) for f in frames[:at]):
+        return None
+    return at
+
+
+def _handlers_in_flight(digest: RankDigest) -> list[ThreadStack]:
+    """The threads of the last sample other than main in a socketserver request's handling
+    (``finish_request``) with a frame of the job's code, in every sample: requests that did
+    not complete during the look."""
+    samples = [x for x in digest.proc.samples if x.threads]
+    if not samples:
+        return []
+    main = main_thread(samples[-1], digest.proc.pid)
+    return [t for t in samples[-1].threads
+            if (main is None or t.thread_id != main.thread_id) and _in_every_sample(t, samples)
+            and any(f.file.endswith("/socketserver.py") and f.function.endswith("finish_request")
+                    for f in t.frames)
+            and any(not f.native and is_user_file(f.file) for f in t.frames)]
+
+
+def _request_in_flight(status: _Status) -> _Status:
+    """A rank blocked in its server's idle accept loop while a request's handler thread sits
+    in the job's code through the look: where the rank is stuck is that handler's line
+    (generation_server_request_stuck: a moderation call without timeout before the command's
+    broadcast), the main thread's loop said in its via."""
+    frames = status.info.frames if status.info is not None else ()
+    if _serve_loop_at(frames) is None:
+        return status
+    handlers = _handlers_in_flight(status.digest)
+    if not handlers:
+        return status
+    handler = handlers[0]
+    user = next(f for f in handler.frames if not f.native and is_user_file(f.file))
+    inner = next((f for f in handler.frames if not f.native), user)
+    waits = f", waiting in {inner.function}" if inner is not user else ""
+    return replace(status, site=frame_site(user),
+                   via=f"request handler thread {handler.name or handler.thread_id} in "
+                       f"{user.function}{waits}; its main thread serves requests at {status.site}")
+
+
+def _in_every_sample(thread: ThreadStack, samples: Sequence[Sample]) -> bool:
+    """The thread (by its id) is in every one of ``samples``."""
+    return all(any(t.thread_id == thread.thread_id for t in x.threads) for x in samples)
 
 
 def _commanded_by(waiting: list[_Status], serving: list[_Status]) -> bool:

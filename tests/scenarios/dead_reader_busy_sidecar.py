@@ -30,12 +30,17 @@ def tokenize_validation_set() -> int:
     return tokens
 
 
-def main() -> None:
-    info = harness.setup()
-    harness.init_distributed(info)
+def start_validation_tokenizer(info: harness.RankInfo) -> None:
+    """The first rank of each node tokenizes the validation set on a thread of its own."""
     if info.local_rank == 0:
         threading.Thread(target=tokenize_validation_set, name="val-tokenize",
                          daemon=True).start()
+
+
+def main() -> None:
+    info = harness.setup()
+    harness.init_distributed(info)
+    start_validation_tokenizer(info)
     train(info)
     dist.destroy_process_group()
 

@@ -20,6 +20,7 @@ import urllib.request
 import _harness as harness
 import torch
 import torch.distributed as dist
+from asyncio_fetch_stuck import unresponsive_service
 
 WIDTH, VOCAB = 256, 512
 GENERATE, TOKENS = 1, 16
@@ -62,17 +63,23 @@ class ShardedModel:
 
 def broadcast_command(command: int, prompt_token: int, tokens: int) -> tuple[int, int, int]:
     message = torch.tensor([command, prompt_token, tokens], dtype=torch.int64)
-    dist.broadcast(message, src=0)
+    dist.broadcast(message, src=0)  # WAITING
     return int(message[0]), int(message[1]), int(message[2])
 
 
-def serve(model: ShardedModel, info: harness.RankInfo, request_every_s: float) -> None:
-    """Rank 0: the HTTP front end; each request drives every rank through one generation."""
+def serve(model: ShardedModel, info: harness.RankInfo, request_every_s: float,
+          moderation: str | None = None) -> None:
+    """Rank 0: the HTTP front end; each request drives every rank through one generation.
+    ``moderation``: the URL of a moderation service each prompt is checked with first, from the
+    second request on (generation_server_request_stuck)."""
     lock = threading.Lock()
 
     class Generate(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if moderation is not None and model.requests >= 1:
+                harness.report_ready(info, "request 2: the moderation service", role="culprit")
+                check_prompt(moderation, request["prompt"])
             with lock:
                 broadcast_command(GENERATE, request["prompt"], request["tokens"])
                 text = model.generate([request["prompt"]], request["tokens"])
@@ -93,6 +100,13 @@ def serve(model: ShardedModel, info: harness.RankInfo, request_every_s: float) -
     server.serve_forever()
 
 
+def check_prompt(url: str, prompt: int) -> None:
+    """Ask the moderation service about a prompt (urllib, no timeout)."""
+    body = json.dumps({"prompt": prompt}).encode()
+    with CLIENT.open(urllib.request.Request(url, data=body, method="POST")) as response:  # CULPRIT
+        response.read()
+
+
 def client(url: str, info: harness.RankInfo, request_every_s: float) -> None:
     """A user of the service (here in rank 0's process, where the address is known): a
     prompt every ``request_every_s``."""
@@ -105,9 +119,11 @@ def client(url: str, info: harness.RankInfo, request_every_s: float) -> None:
         time.sleep(request_every_s)
 
 
-def main(stuck_rank: int | None = None, request_every_s: float = REQUEST_EVERY_S) -> None:
+def main(stuck_rank: int | None = None, request_every_s: float = REQUEST_EVERY_S,
+         moderation_stalls: bool = False) -> None:
     """``stuck_rank``: that rank's shard never answers the second request (the hung twin,
-    generation_server_worker_stuck)."""
+    generation_server_worker_stuck); ``moderation_stalls``: the moderation service rank 0 asks
+    from the second request on never answers (generation_server_request_stuck)."""
     info = harness.setup()
     harness.init_distributed(info)
     model = ShardedModel(info.rank)
@@ -115,7 +131,11 @@ def main(stuck_rank: int | None = None, request_every_s: float = REQUEST_EVERY_S
         model.stuck = info.rank == stuck_rank
         model.info = info
     if info.rank == 0:
-        serve(model, info, request_every_s)
+        moderation = None
+        if moderation_stalls:
+            service = unresponsive_service()
+            moderation = "http://{}:{}/moderate".format(*service.getsockname())
+        serve(model, info, request_every_s, moderation)
         return
     answered = 0
     while True:
@@ -124,7 +144,8 @@ def main(stuck_rank: int | None = None, request_every_s: float = REQUEST_EVERY_S
             model.generate([prompt], tokens)
             answered += 1
             if answered == 1 and stuck_rank is None:
-                harness.report_ready(info, "waiting for the next command", role="healthy")
+                harness.report_ready(info, "waiting for the next command",
+                                     role="waiting" if moderation_stalls else "healthy")
 
 
 if __name__ == "__main__":

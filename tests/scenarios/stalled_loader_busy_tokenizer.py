@@ -21,18 +21,11 @@ import _harness as harness
 import _training as training
 import torch
 import torch.distributed as dist
-from dead_reader_busy_sidecar import tokenize_validation_set
+from asyncio_fetch_stuck import unresponsive_service
+from dead_reader_busy_sidecar import start_validation_tokenizer
 
 STALL_RANK, STALL_STEP = 2, 3
 STEPS = 1000
-
-
-def unresponsive_service() -> socket.socket:
-    """The node's shard service as it is once stalled: takes connections, never answers."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    return server
 
 
 class ShardReader:
@@ -63,9 +56,7 @@ class ShardReader:
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    if info.local_rank == 0:
-        threading.Thread(target=tokenize_validation_set, name="val-tokenize",
-                         daemon=True).start()
+    start_validation_tokenizer(info)
     model = training.build_model()
     reader = ShardReader(info.rank)
     for step in range(STEPS):

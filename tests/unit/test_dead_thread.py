@@ -164,6 +164,7 @@ def test_a_stalled_fill_thread_beside_a_busy_tokenizer_is_a_straggler() -> None:
     snapshot = recorded("stalled_loader_busy_tokenizer.samples1")
     verdict = diagnose(snapshot).verdicts[0]
     assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
+    # (the queue.get() line when recorded: the scenario's CULPRIT line moved up since)
     assert verdict.sites[0].endswith("tests/scenarios/stalled_loader_busy_tokenizer.py:60")
     assert any(e.startswith("rank 2: its main thread waits on <Queue at 0x")
                and e.endswith("held by thread shard-fill (py-spy --locals)")

@@ -34,6 +34,7 @@ def test_an_idle_service_is_said_as_one() -> None:
         "a service waiting for its clients, not a hang: rank 0 serves requests in "
         "BaseServer.serve_forever (socketserver.py) at ")
     assert "while ranks 1-3 wait in broadcast at " in verdict.summary
+    # (the serve_forever() line when recorded)
     assert verdict.sites[0].endswith("tests/scenarios/healthy_generation_server.py:93")
 
 
@@ -49,3 +50,43 @@ def test_a_request_stuck_on_a_worker_is_a_straggler_there() -> None:
     verdict = diagnose(recorded("generation_server_worker_stuck.default")).verdicts[0]
     assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
     assert "thread Thread-2 (process_request_thread)" in verdict.summary
+
+
+def test_a_request_stuck_on_the_servers_handler_thread_is_where_it_stops() -> None:
+    # rank 0's request handler waits on a moderation service (no timeout) before the command's
+    # broadcast; its main thread is in the accept loop and ranks 1-3 in the broadcast, as when
+    # the service is idle
+    verdict = diagnose(recorded("generation_server_request_stuck.default")).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (0,))
+    # (the line of check_prompt's urlopen when recorded)
+    assert verdict.sites[0].endswith("tests/scenarios/healthy_generation_server.py:106")
+    assert ("(request handler thread Thread-2 (process_request_thread) in check_prompt, "
+            "waiting in SocketIO.readinto; its main thread serves requests at ") in verdict.summary
+
+
+def test_a_handler_in_flight_for_one_sample_only_is_a_request_being_answered() -> None:
+    # WHEN the handler thread shows in the last sample only (a request answered in a moment)
+    snapshot = recorded("generation_server_request_stuck.default")
+
+    def change(rank: Rank) -> Rank:
+        if rank.rank != 0:
+            return rank
+        *earlier, last = rank.samples
+        handler = next(t.thread_id for t in last.threads
+                       if (t.name or "").endswith("(process_request_thread)"))
+        return replace(rank, samples=(*[replace(x, threads=tuple(
+            t for t in x.threads if t.thread_id != handler)) for x in earlier], last))
+    verdict = diagnose(map_every_rank(snapshot, change)).verdicts[0]
+    # THEN the service is idle between requests
+    assert (verdict.kind, verdict.severity) == ("idle", "info")
+
+
+def test_a_handler_stuck_on_the_main_thread_inside_the_loop_is_no_idle_service() -> None:
+    # rank 0's handler calls its single-threaded server's shutdown() inside serve_forever()
+    # (Python's classic self-deadlock), ranks 1-3 wait in the broadcast of its weights: the
+    # first version of the rule, which took any serve_forever frame for an idle service,
+    # called this look idle
+    verdict = diagnose(recorded("server_shutdown_deadlock.default")).verdicts[0]
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == (
+        "straggler", "critical", (0,))
+    assert verdict.sites[0].endswith("tests/scenarios/server_shutdown_deadlock.py:40")
