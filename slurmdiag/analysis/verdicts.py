@@ -486,16 +486,43 @@ def _thread_computes(digest: RankDigest) -> bool:
     health thread's ticks beside it (pipeline_heartbeat_hang: 0-1.4 % CPU), stays blocked. Its
     liar: a thread spinning for ever in the job's code (a slow thread or a hang, cannot tell).
     When the first round's --locals found the threads that hold what the main thread waits on
-    (_waited_holders: its queue or event, or the object whose method waits on it), only those
-    count: a sampling profiler that computes beside an idle fill thread stuck in a socket read
-    is not what the main thread waits for (stalled_loader_busy_sampler). What makes that lie: a
-    thread handed the queue that does not feed it (a monitor reading its size) while the real
-    producer, reaching a global queue, computes."""
+    (_waited_holders: its queue or event, or the object whose method waits on it) and one of
+    them is stuck in a call (_holder_stuck), only the holders count: a tokenizer that computes
+    beside a fill thread stuck in a socket read is not what the main thread waits for
+    (stalled_loader_busy_tokenizer). A holder asleep does not decide: a queue-depth monitor
+    handed the queue beside a producer that reaches it as a global and computes
+    (healthy_slow_loader_queue_monitor: a critical straggler with --strace 0 when holders
+    decided alone). What makes it lie still: a producer asleep in a retry loop for ever,
+    beside a thread that computes ("cannot tell" on a hang)."""
     threads = _computing_threads(digest)
     holders = _waited_holders(digest)
-    if holders:
+    if holders and _holder_stuck(digest, holders):
         return any(t.os_thread_id in holders for t in threads)
     return bool(threads)
+
+
+#: A thread's innermost Python frame waiting for another thread (stdlib file, functions).
+_THREAD_WAIT_FRAMES = (("/queue.py", ("get", "put")),
+                       ("/threading.py", ("wait", "acquire", "wait_for")))
+
+
+def _holder_stuck(digest: RankDigest, holders: frozenset[int]) -> bool:
+    """A holder of what the main thread waits on sits in a blocked call on a descriptor (a
+    receive, a read: the collector's blocked_calls) or in a wait for yet another thread (a
+    queue, an event, a condition) in the last sample: a producer that is stuck, not one asleep
+    between its rounds nor a monitor."""
+    if any(call.tid in holders for call in digest.proc.blocked_calls):
+        return True
+    samples = [x for x in digest.proc.samples if x.threads]
+    for thread in samples[-1].threads if samples else ():
+        if thread.os_thread_id not in holders or thread.active:
+            continue
+        inner = next((f for f in thread.frames if not f.native), None)
+        if inner is not None and any(inner.file.endswith(file)
+                                     and inner.function.rsplit(".", 1)[-1] in names
+                                     for file, names in _THREAD_WAIT_FRAMES):
+            return True
+    return False
 
 
 def _waited_holders(digest: RankDigest) -> frozenset[int]:

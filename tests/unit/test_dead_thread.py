@@ -16,7 +16,7 @@ from snapfactory import map_every_rank, map_rank, recorded
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.analysis.verdicts import STRAGGLER_STEPS
-from slurmdiag.snapshot import LogFinding, Rank, Snapshot
+from slurmdiag.snapshot import BlockedCall, LogFinding, Rank, Snapshot
 
 
 def _findings(snapshot: Snapshot, **fields) -> Snapshot:
@@ -122,18 +122,25 @@ def test_a_dead_thread_beside_the_live_producer_that_computes_is_not_the_one_wai
     assert (held.kind, held.culprit_ranks) == ("straggler", (3,))
 
 
-def test_a_thread_that_computes_without_holding_the_waited_queue_is_not_worked_through() -> None:
-    # GIVEN the slow-labels look, no traceback: "cannot tell" by the loader that computes
-    snapshot = recorded("healthy_pipeline_slow_labels.samples1")
-    assert diagnose(_waiting_on(snapshot, (LOADER,))).verdicts[0].kind == "slow_step"
-    # WHEN the threads holding the waited queue are others, idle (the fill thread stuck in a
-    # socket read beside a profiler that computes: stalled_loader_busy_sampler)
-    verdict = diagnose(_waiting_on(snapshot, (HEALTH,))).verdicts[0]
-    # THEN the rank is blocked on its queue: a straggler
-    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (3,))
-    # AND with no holder read (an older collector, a global queue) the thread that computes
-    # still counts
-    assert diagnose(_waiting_on(snapshot, ())).verdicts[0].kind == "slow_step"
+def test_a_holder_asleep_does_not_decide_for_a_producer_that_computes() -> None:
+    # a real look with --strace 0 (the watchdog's light attach) of
+    # healthy_slow_loader_queue_monitor: rank 2's loader computes (2.5 s a batch) and reaches
+    # the queue as a global; the only holder is a queue-depth monitor, asleep
+    snapshot = recorded("healthy_slow_loader_queue_monitor.strace0")
+    rank = next(r for _, r in snapshot.all_ranks() if r.rank == 2)
+    monitor = next(t.os_thread_id for x in rank.samples for t in x.threads
+                   if t.name == "queue-monitor")
+    assert rank.samples[0].waited_holders == (monitor,)
+    # THEN "cannot tell", as without the holders (holders deciding alone: a critical straggler)
+    verdict = diagnose(snapshot).verdicts[0]
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("slow_step", "info", (2,))
+    # AND WHEN that holder sits in a receive (a producer stuck on its service), it decides
+    assert monitor is not None
+    stuck = map_rank(snapshot, 2, lambda r: replace(r, blocked_calls=(
+        *r.blocked_calls, BlockedCall(tid=monitor, call="recvfrom", fd=9,
+                                      target="socket:[1]")),))
+    verdict = diagnose(stuck).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
 
 
 def test_the_recorded_look_holds_the_loaders_hold_of_the_label_queue() -> None:
