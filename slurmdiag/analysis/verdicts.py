@@ -501,9 +501,11 @@ def _thread_computes(digest: RankDigest) -> bool:
     return bool(threads)
 
 
-#: A thread's innermost Python frame waiting for another thread (stdlib file, functions).
-_THREAD_WAIT_FRAMES = (("/queue.py", ("get", "put")),
-                       ("/threading.py", ("wait", "acquire", "wait_for")))
+#: A thread's innermost Python frame waiting for another thread (stdlib file, functions): the
+#: collector's _THREAD_WAITS (slurmdiag/collector/stacks.py), kept equal by a unit test; not
+#: imported, so that the controller's analysis does not load the collector's modules.
+_THREAD_WAIT_FRAMES = (("queue.py", ("get", "put")),
+                       ("threading.py", ("wait", "acquire", "wait_for")))
 
 
 def _holder_stuck(digest: RankDigest, holders: frozenset[int]) -> bool:
@@ -518,18 +520,23 @@ def _holder_stuck(digest: RankDigest, holders: frozenset[int]) -> bool:
         if thread.os_thread_id not in holders or thread.active:
             continue
         inner = next((f for f in thread.frames if not f.native), None)
-        if inner is not None and any(inner.file.endswith(file)
+        if inner is not None and any(inner.file.endswith("/" + file)
                                      and inner.function.rsplit(".", 1)[-1] in names
                                      for file, names in _THREAD_WAIT_FRAMES):
             return True
     return False
 
 
+def _waited_sample(digest: RankDigest) -> Sample | None:
+    """The sample that read what the main thread waits on (the first round's), or None."""
+    return next((x for x in digest.proc.samples if x.waited is not None), None)
+
+
 def _waited_holders(digest: RankDigest) -> frozenset[int]:
     """The OS ids of the threads whose locals hold what the main thread waits on (a queue, an
     event, or the object whose method waits on it), read in the first round (collector's
     waited_holders); empty when not read or none holds it."""
-    waited = next((x for x in digest.proc.samples if x.waited is not None), None)
+    waited = _waited_sample(digest)
     return frozenset(waited.waited_holders) if waited is not None else frozenset()
 
 
@@ -537,7 +544,7 @@ def _holder_evidence(s: _Status) -> str | None:
     """ "rank 2: its main thread waits on <Queue at 0x..>, held by thread shard-fill (its
     locals, py-spy --locals)" when the first round read what the main thread waits on and who
     holds it (_waited_holders)."""
-    first = next((x for x in s.digest.proc.samples if x.waited is not None), None)
+    first = _waited_sample(s.digest)
     if first is None or s.kind not in ("data_loading", "lock"):
         return None
     names = {t.os_thread_id: t.name or str(t.thread_id) for x in s.digest.proc.samples
@@ -567,9 +574,10 @@ def _producer_computes(digest: RankDigest) -> str | None:
     """The repr of the queue or event the main thread waits on when a thread that computes
     (_computing_threads) holds it in its locals (the first round's py-spy --locals: a loader
     thread handed its queue), else None: the thread it waits for lives and works."""
-    holders = _waited_holders(digest)
+    waited = _waited_sample(digest)
+    holders = set(waited.waited_holders) if waited is not None else set()
     if holders and any(t.os_thread_id in holders for t in _computing_threads(digest)):
-        return next(x.waited for x in digest.proc.samples if x.waited is not None)
+        return waited.waited if waited is not None else None
     return None
 
 
@@ -1127,14 +1135,15 @@ def _commanded_by(waiting: list[_Status], serving: list[_Status]) -> bool:
         or (s.op == "recv" and _peer_of(s) in roots) for s in waiting)
 
 
-def _serving_step(serving: list[_Status], waiting: list[_Status]) -> Verdict:
-    """A service idle between requests (_serving, _commanded_by): its server rank waits for
-    clients, the others for the command it broadcasts on the next request. What would make
-    this lie: the server's clients that never come because they wait for the job, which the
-    job's stacks cannot show."""
-    ranks = [s.rank for s in serving]
-    loops = _unique(loop for s in serving if (loop := _serving(s)))
-    sites = _unique(s.site for s in serving)
+def _serving_step(serving: list[tuple[_Status, str]], waiting: list[_Status]) -> Verdict:
+    """A service idle between requests (_serving, _commanded_by): its server ranks, each with
+    its accept loop, wait for clients, the others for the command it broadcasts on the next
+    request. What would make this lie: the server's clients that never come because they
+    wait for the job, which the job's stacks cannot show."""
+    loops = _unique(loop for _, loop in serving)
+    serving_ranks = [s for s, _ in serving]
+    ranks = [s.rank for s in serving_ranks]
+    sites = _unique(s.site for s in serving_ranks)
     summary = (
         f"a service waiting for its clients, not a hang: {_ranks_label(ranks)} "
         f"{_verb(ranks, 'serves', 'serve')} requests in {', '.join(loops)} at "
@@ -1152,8 +1161,8 @@ def _serving_step(serving: list[_Status], waiting: list[_Status]) -> Verdict:
         summary=summary,
         culprit_ranks=tuple(ranks),
         sites=sites,
-        evidence=(*[_proc_evidence(s) for s in serving[:8]], *_group_evidence(waiting, limit=4),
-                  why),
+        evidence=(*[_proc_evidence(s) for s in serving_ranks[:8]],
+                  *_group_evidence(waiting, limit=4), why),
         next_step=("send the service a request (or look at its clients): the waiting ranks "
                    "move with the command it broadcasts; a request that hangs leaves its "
                    "handler thread in the stacks (py-spy dump --pid PID)"),
@@ -3426,9 +3435,10 @@ def _hang_verdicts(
             and not layout.missing and not ended and not long_wait:
         verdicts.append(_compile_step(compiling, waiting))
         blocked, busy = [], []
-    serving = [s for s in blocked if _serving(s)]
+    serving = [(s, loop) for s in blocked if (loop := _serving(s))]
     if serving and len(serving) == len(blocked) and not busy and not dead \
-            and not layout.missing and not ended and _commanded_by(waiting, serving):
+            and not layout.missing and not ended \
+            and _commanded_by(waiting, [s for s, _ in serving]):
         # no long_wait here: a service idle overnight raised its process group's timeout
         verdicts.append(_serving_step(serving, waiting))
         blocked = []

@@ -171,3 +171,9 @@ def test_native_frames_under_the_wait_are_passed_over() -> None:
          "locals": [{"name": "self", "repr": "<Trainer at 0x3>"}]},
     ]
     assert stacks._waited_object(frames) == ("<Queue at 0x2>", "<Trainer at 0x3>")
+
+
+def test_the_analysis_knows_the_same_thread_waits_as_the_collector() -> None:
+    # the analysis keeps its own copy (importing the collector's modules costs the CLI ~7 ms)
+    from slurmdiag.analysis import verdicts
+    assert verdicts._THREAD_WAIT_FRAMES == stacks._THREAD_WAITS
