@@ -171,7 +171,12 @@ def test_stopped_slurmd_marks_its_node_and_keeps_the_others(scenario_run):
         # every node's step has connected its I/O (src/api/step_io.c, _file_readable), so the
         # go never reaches anyone while the victim's step cannot start
         assert by_name[name].aligned == "timeout"
-        assert by_name[name].timings["waiting for the other nodes"] < AttachOptions().align_s
+        # (its first dump's moment, counted from the collector's start: the wait ends at align_s
+        # of that start; the tool loop wakes a little later on a loaded host, so the bound above
+        # is loose, and the wait is not measured alone: it starts after discovery)
+        align_s = AttachOptions().align_s
+        first = min(r.samples[0].t for r in by_name[name].ranks)
+        assert align_s - 0.01 <= first < align_s + 1.0
     # AND no collector step of ours is left in the job once slurmd is back
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:

@@ -86,10 +86,20 @@ def test_node_that_started_but_did_not_finish_is_a_timeout_with_reason():
                                result(stdout, timed_out=True, returncode=-15), "srun")
     # THEN each node's status says what happened, and node001's data is kept
     assert out.nodes["node001"].status == "ok"
-    assert out.nodes["node002"].status in ("timeout", "error")
-    assert "started" in out.nodes["node002"].message
+    assert out.nodes["node002"].status == "timeout"
+    assert out.nodes["node002"].message == (
+        "collector started but did not finish before the deadline")
     assert out.nodes["node003"].status == "timeout"
     assert "never started" in out.nodes["node003"].message
+
+
+def test_node_that_started_and_stopped_before_the_deadline_is_an_error_not_damage():
+    # GIVEN node002 said hello and nothing more, and srun ended before the deadline
+    stdout = encode_frames("node001", REAL_DOC) + "@SDG1-HELLO node002 99\n"
+    out = outcomes_from_output(["node001", "node002"], result(stdout, returncode=1), "srun")
+    # THEN it is an error that says its collector started, not output damaged in transit
+    assert out.nodes["node002"].status == "error"
+    assert out.nodes["node002"].message == "collector started but returned no result"
 
 
 def test_refused_step_is_reported_with_the_ssh_hint():
