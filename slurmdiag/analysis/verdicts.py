@@ -1201,6 +1201,15 @@ def _exit_phrase(s: _Status) -> str:
     return f"at interpreter exit: its program has ended, {doing} at {s.site} (an exit handler)"
 
 
+def _collective_call(s: _Status) -> tuple[object, ...]:
+    """The collective a waiting rank sits in, as the same code is the same call: its op, group
+    and line, the file taken from its import root (one package installed in each rank's own
+    venv is one program), not the stack's path (one all_reduce line reached by a rank's main
+    thread and by another's request-handler thread is one collective)."""
+    file, _, line = (s.site or "").rpartition(":")
+    return (s.op, s.group, f"{library_path(file)}:{line}" if file else s.site)
+
+
 def _waiting_phrase(waiting: list[_Status]) -> str:
     """ "ranks 0-6 wait in all_reduce at train.py:50" (several places listed by size)."""
     groups = _group_by(waiting, lambda s: s.position)
@@ -3482,13 +3491,13 @@ def _hang_verdicts(
     if not verdicts and unsampled:
         verdicts.append(_unread(unsampled))
     if verdicts and verdicts[0].kind in (VerdictKind.STRAGGLER, VerdictKind.SPINNING, VerdictKind.MISSING_RANK):
-        positions = {s.position for s in waiting}
-        if len(positions) > 1:
+        calls = {_collective_call(s) for s in waiting}
+        if len(calls) > 1:
             verdicts[0] = _with_evidence(
                 verdicts[0],
                 [
                     (
-                        f"the waiting ranks sit in {len(positions)} different collectives: a "
+                        f"the waiting ranks sit in {len(calls)} different collectives: a "
                         "consequence of the culprit, or a mismatch of their own"
                     )
                 ],
