@@ -14,6 +14,11 @@ false alarm. Jobs run in batches of at most --max-ranks ranks (a gloo rank takes
 The snapshots are kept in --keep (artifacts/accuracy by default) for a second look, with the
 CLI's stderr (srun's and attach's warnings) as NAME.MODE.stderr.
 
+With `--shape NODESxTASKS` (e.g. 4x2) every scenario runs at that shape instead of its own
+(its program reads the world from the environment), and a hang's culprits are the ranks that
+reported themselves culprit or dead when ready (the truth's ranks are written for its own
+shape); scenarios that cannot run at the shape fail as not judged.
+
 The comparison functions are pure and unit-tested on saved snapshots
 (tests/unit/test_accuracy_comparison.py); tests/cluster/test_accuracy.py runs a few scenarios through
 the same code.
@@ -156,13 +161,43 @@ def failed(truth: Mapping[str, Any], mode: str, error: str) -> Comparison:
                       site_right=False, false_alarm=False, error=error)
 
 
-def batches(names: Sequence[str], max_ranks: int) -> list[list[str]]:
+Shape = tuple[int, int]  # (nodes, tasks a node)
+
+
+def shaped_truth(name: str, shape: Shape | None) -> dict[str, Any]:
+    """The truth of ``name``, at ``shape`` when one is given."""
+    truth = load_truth(name)
+    if shape is None:
+        return truth
+    nodes, per_node = shape
+    return dict(truth, nodes=nodes, ntasks_per_node=per_node, world_size=nodes * per_node)
+
+
+def parse_shape(text: str) -> Shape:
+    """ "4x2" -> (4, 2)."""
+    nodes, sep, per_node = text.lower().partition("x")
+    if not sep or not nodes.isdigit() or not per_node.isdigit() or "0" in (nodes, per_node):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NODESxTASKS (e.g. 4x2)")
+    return int(nodes), int(per_node)
+
+
+def culprits_by_role(truth: Mapping[str, Any], ready: Mapping[int, Mapping[str, Any]],
+                     ) -> dict[str, Any]:
+    """``truth`` with the culprits the ranks reported (role culprit or dead) when a hang's."""
+    if truth["expected_kind"] == "progressing":
+        return dict(truth)
+    return dict(truth, culprit_ranks=sorted(
+        r for r, record in ready.items() if record.get("role") in ("culprit", "dead")))
+
+
+def batches(names: Sequence[str], max_ranks: int, shape: Shape | None = None,
+            ) -> list[list[str]]:
     """Pack scenarios into batches of at most max_ranks ranks, in the given order."""
     out: list[list[str]] = []
     current: list[str] = []
     used = 0
     for name in names:
-        size = int(load_truth(name)["world_size"])
+        size = int(shaped_truth(name, shape)["world_size"])
         if current and used + size > max_ranks:
             out.append(current)
             current, used = [], 0
@@ -224,7 +259,8 @@ def totals(results: Sequence[Comparison], mode: str) -> Totals:
 
 
 def render_markdown(results: Sequence[Comparison], *, when: str, version: str,
-                    commit: str, minutes: float | None = None) -> str:
+                    commit: str, minutes: float | None = None,
+                    shape: Shape | None = None) -> str:
     by_name: dict[str, dict[str, Comparison]] = {}
     for r in results:
         by_name.setdefault(r.name, {})[r.mode] = r
@@ -232,7 +268,9 @@ def render_markdown(results: Sequence[Comparison], *, when: str, version: str,
         "# Accuracy of slurmdiag's verdicts on the scenario corpus",
         "",
         f"Measured {when} with slurmdiag {version} (commit {commit}) by `make accuracy`"
-        + (f" in {minutes:.0f} min" if minutes is not None else ""),
+        + (f" in {minutes:.0f} min" if minutes is not None else "")
+        + (f", every scenario at {shape[0]} nodes x {shape[1]} tasks (`--shape`: a hang's "
+           "culprits are the ranks that reported themselves culprit or dead)" if shape else ""),
         "(tests/accuracy.py) on the local 4-node Slurm cluster: each scenario of",
         "tests/scenarios/ (real gloo jobs, ground truth in `<name>.json`) is submitted, waited",
         "until every rank is in its hang, and attached with the real CLI",
@@ -358,7 +396,7 @@ def _log(message: str) -> None:
 
 
 def run_batch(names: Sequence[str], state_root: Path, keep: Path | None,
-              log: Any = _log) -> list[Comparison]:
+              log: Any = _log, shape: Shape | None = None) -> list[Comparison]:
     runs: list[ScenarioRun] = []
     results: list[Comparison] = []
     try:
@@ -367,7 +405,7 @@ def run_batch(names: Sequence[str], state_root: Path, keep: Path | None,
             # that run's products: a cache_lock_barrier found its cache already built and ended
             shutil.rmtree(state_root / name, ignore_errors=True)
             try:
-                runs.append(submit(name, state_root / name))
+                runs.append(submit(name, state_root / name, truth=shaped_truth(name, shape)))
             except ScenarioError as error:
                 results += [failed(load_truth(name), m, str(error)) for m in MODES]
         for run in runs:
@@ -377,6 +415,8 @@ def run_batch(names: Sequence[str], state_root: Path, keep: Path | None,
                 log(f"  {run.name}: not ready: {str(error).splitlines()[0]}")
                 results += [failed(run.truth, m, str(error).splitlines()[0]) for m in MODES]
                 continue
+            if shape is not None:
+                run.truth = culprits_by_role(run.truth, run.ready)
             if run.truth["expected_kind"] == "progressing":
                 time.sleep(5)  # a few steps in, so a slow step is really in the samples
             judged = judge(run, keep)
@@ -424,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-ranks", type=int, default=MAX_RANKS)
     parser.add_argument("--state", type=Path, default=Path("/tmp/slurmdiag-accuracy"))
     parser.add_argument("--keep", type=Path, default=REPO_ROOT / "artifacts" / "accuracy")
+    parser.add_argument("--shape", type=parse_shape, metavar="NODESxTASKS",
+                        help="run every scenario at this shape (e.g. 4x2), not its own")
     args = parser.parse_args(argv)
     if not os.environ.get("SLURM_CONF"):
         print("error: SLURM_CONF is not set\nhint: `make accuracy` starts the local cluster and "
@@ -434,14 +476,14 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Comparison] = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     began = time.monotonic()
-    for number, batch in enumerate(batches(names, args.max_ranks), start=1):
+    for number, batch in enumerate(batches(names, args.max_ranks, args.shape), start=1):
         print(f"batch {number}: {', '.join(batch)}", flush=True)
-        results += run_batch(batch, args.state / f"batch{number}", args.keep)
+        results += run_batch(batch, args.state / f"batch{number}", args.keep, shape=args.shape)
     from slurmdiag import __version__
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render_markdown(results, when=started, version=__version__,
-                                        commit=_git_commit(),
+                                        shape=args.shape, commit=_git_commit(),
                                         minutes=(time.monotonic() - began) / 60))
     t = totals(results, "default")
     print(f"{args.out}: default: culprits {t.culprits_right}/{t.hang_runs}, site "

@@ -270,9 +270,10 @@ def _run(argv: list[str], *, timeout: float = 30, env: Mapping[str, str] | None 
 
 
 def submit(name: str, state_dir: Path | str, *, env: Mapping[str, str] | None = None,
-           python: str | None = None) -> ScenarioRun:
-    """Submit scenario `name`; its rank files and output go to state_dir. Returns at once."""
-    truth = load_truth(name)
+           python: str | None = None, truth: Mapping[str, Any] | None = None) -> ScenarioRun:
+    """Submit scenario `name`; its rank files and output go to state_dir. Returns at once.
+    ``truth``: its truth changed (another shape: nodes, ntasks_per_node, world_size)."""
+    truth = dict(truth) if truth is not None else load_truth(name)
     state_dir = Path(state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     # An earlier run's rank files would make this one "ready" before its job even started

@@ -14,9 +14,12 @@ from accuracy import (
     Comparison,
     batches,
     compare,
+    culprits_by_role,
     failed,
+    parse_shape,
     produced_verdict,
     render_markdown,
+    shaped_truth,
     site_matches,
     totals,
 )
@@ -199,7 +202,7 @@ def test_a_run_that_could_not_be_judged_says_why_on_its_console_line(monkeypatch
             return None
 
     error = "slurmdiag.cli attach 14 --json: exit 4: error: job 14 is PENDING: it has no processes yet"
-    monkeypatch.setattr(accuracy, "submit", lambda name, state: Ready())
+    monkeypatch.setattr(accuracy, "submit", lambda name, state, truth=None: Ready())
     monkeypatch.setattr(accuracy, "judge", lambda run, keep: [
         accuracy.failed(run.truth, mode, error) for mode in accuracy.MODES])
     lines: list[str] = []
@@ -208,3 +211,26 @@ def test_a_run_that_could_not_be_judged_says_why_on_its_console_line(monkeypatch
     # THEN each mode's line says it was not judged, and why, rather than a verdict of None
     assert [r.right for r in results] == [False, False]
     assert lines == [f"  store_wait [{mode}]: WRONG: not judged: {error}" for mode in accuracy.MODES]
+
+
+def test_a_shape_is_nodes_by_tasks_and_anything_else_is_refused():
+    assert parse_shape("4x2") == (4, 2) and parse_shape("3X2") == (3, 2)
+    import argparse
+    for bad in ("4", "x2", "4x", "0x2", "4x0", "4x2x1", "four x two"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_shape(bad)
+
+
+def test_a_reshaped_hang_is_judged_by_the_ranks_own_roles():
+    # GIVEN async_work_wait (its culprit the last rank) at 4 nodes x 2 tasks
+    truth = shaped_truth("async_work_wait", (4, 2))
+    assert (truth["nodes"], truth["ntasks_per_node"], truth["world_size"]) == (4, 2, 8)
+    assert load_truth("async_work_wait")["culprit_ranks"] == [3]  # its own shape's
+    ready = {r: {"role": "waiting"} for r in range(7)} | {7: {"role": "culprit"}}
+    # THEN the culprit is the rank that said so; a dead rank is one too
+    assert culprits_by_role(truth, ready)["culprit_ranks"] == [7]
+    assert culprits_by_role(truth, ready | {2: {"role": "dead"}})["culprit_ranks"] == [2, 7]
+    # AND a control keeps its truth (no culprits)
+    control = shaped_truth("healthy_slow", (4, 2))
+    assert culprits_by_role(control, {r: {"role": "healthy"} for r in range(8)}) == control
+    assert shaped_truth("healthy_slow", None) == load_truth("healthy_slow")
