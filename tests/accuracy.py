@@ -267,10 +267,11 @@ def render_markdown(results: Sequence[Comparison], *, when: str, version: str,
     lines = [
         "# Accuracy of slurmdiag's verdicts on the scenario corpus",
         "",
-        f"Measured {when} with slurmdiag {version} (commit {commit}) by `make accuracy`"
+        f"Measured {when} with slurmdiag {version} (commit {commit}) by "
+        + (f"`tests/accuracy.py --shape {shape[0]}x{shape[1]}`" if shape else "`make accuracy`")
         + (f" in {minutes:.0f} min" if minutes is not None else "")
-        + (f", every scenario at {shape[0]} nodes x {shape[1]} tasks (`--shape`: a hang's "
-           "culprits are the ranks that reported themselves culprit or dead)" if shape else ""),
+        + (f", every scenario at {shape[0]} nodes x {shape[1]} tasks (a hang's culprits are "
+           "the ranks that reported themselves culprit or dead)" if shape else ""),
         "(tests/accuracy.py) on the local 4-node Slurm cluster: each scenario of",
         "tests/scenarios/ (real gloo jobs, ground truth in `<name>.json`) is submitted, waited",
         "until every rank is in its hang, and attached with the real CLI",
