@@ -35,8 +35,10 @@ shows and the other does not decides, in this order: point-to-point (send/recv w
 a deadlocked pair), a barrier or object collective (the usual extra call on a rank-gated
 logging/eval/checkpoint path, D21/D23), not issued by the training machinery (DDP, FSDP,
 DeepSpeed engine, autograd, optimizer issue the loop's usual collective), a user frame named like
-such a path (save, checkpoint, eval, log, print, metric, ...), holding global rank 0 (``if rank
-== 0:`` is the classic gate). The verdict's evidence names the sign that decided. When no sign
+such a path (save, checkpoint, eval, log, print, metric, ...), waiting in DDP's forward (its
+buffer broadcast) while the other side waits in backward (a backward skipped on a non-finite
+loss; ddp_skipped_backward_pair: rank 0 was blamed before), holding global
+rank 0 (``if rank == 0:`` is the classic gate). The verdict's evidence names the sign that decided. When no sign
 tells them apart, every tied group is named and the summary says it could not tell which side
 diverged.
 
@@ -1357,6 +1359,8 @@ TIE_RULES = (
     ("not the training machinery's collective (DDP, FSDP, autograd, optimizer, DeepSpeed "
      "issue the loop's usual one)"),
     "a frame of the job named like a side path (save, checkpoint, eval, log, metric, ...)",
+    ("in DDP's forward, its buffer broadcast, the other side further in a step: it began a "
+     "step without the last one's backward (skipped on a non-finite loss, D8/D20)"),
     "holds rank 0 (`if rank == 0:` is the classic gate)",
 )
 
@@ -1368,7 +1372,11 @@ _DIVERGED_READING = (
      "exit from the loop, a rank-gated eval or checkpoint"),
     "their collective is not the training machinery's",
     "their frames are named like a side path",
+    "they wait in DDP's forward: a step begun without this one's backward",
 )
+#: DDP's forward syncing its buffers before the step (broadcast from rank 0): a rank there while
+#: others wait in the last step's backward has passed that backward without its all_reduce
+_DDP_FORWARD_SYNC = frozenset({"_pre_forward", "_sync_buffers", "_sync_module_buffers"})
 
 
 def _tie_signs(group: list[_Status]) -> tuple[bool, ...]:
@@ -1382,6 +1390,9 @@ def _tie_signs(group: list[_Status]) -> tuple[bool, ...]:
         op in ("barrier", "monitored_barrier") or op.endswith(("_object", "_object_list")),
         not any(marker in file for file in files for marker in _LOOP_MACHINERY),
         any(_named_like_a_side_path(f.function) for f in user),
+        any(f.file.endswith("torch/nn/parallel/distributed.py")
+            and f.function.rsplit(".", 1)[-1] in _DDP_FORWARD_SYNC
+            for f in (info.frames if info is not None else ())),
         any(s.rank == 0 for s in group),
     )
 

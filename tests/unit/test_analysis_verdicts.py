@@ -14,6 +14,7 @@ from snapfactory import (
     job,
     node,
     rank,
+    recorded,
     snap,
     spinning_in,
     stack,
@@ -97,7 +98,18 @@ def test_tie_prefers_a_side_effect_path_as_culprit() -> None:
     v = hang(diagnose(job(2, 2, stacks)))
     # the side-effect path (sign 4 of TIE_RULES) decides before rank 0 (sign 5), and says so
     assert (v.kind, v.culprit_ranks, v.confidence) == ("mismatched_collective", (2, 3), "high")
-    assert any("decided by the first sign" in e and "(4 of 5)" in e for e in v.evidence)
+    assert any("decided by the first sign" in e and "(4 of 6)" in e for e in v.evidence)
+
+
+def test_a_pair_tie_blames_the_rank_that_began_a_step_in_ddps_forward() -> None:
+    # GIVEN ddp_skipped_backward at two ranks, recorded: rank 1 skipped step 3's backward on an
+    # inf loss and waits in step 4's forward (DDP's buffer broadcast), rank 0 in step 3's
+    # backward (found by tests/accuracy.py --shape 2x1: rank 0 was blamed, 'the classic gate')
+    v = hang(diagnose(recorded("ddp_skipped_backward.2x1.default")))
+    # THEN rank 1 is the culprit, by the DDP-forward sign, which comes before rank 0's
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (1,))
+    assert any("(5 of 6)" in e and "in DDP's forward" in e for e in v.evidence), v.evidence
+    assert v.sites[0].endswith("tests/scenarios/ddp_skipped_backward.py:46")
 
 
 def test_tie_decided_by_rank_0_alone_says_it_is_a_guess() -> None:
@@ -109,7 +121,7 @@ def test_tie_decided_by_rank_0_alone_says_it_is_a_guess() -> None:
     v = hang(diagnose(job(2, 2, stacks)))
     # THEN rank 0's side is named by the last sign, with medium confidence, not high
     assert (v.culprit_ranks, v.confidence) == ((0, 1), "medium")
-    assert any("(5 of 5)" in e and "rank 0" in e for e in v.evidence), v.evidence
+    assert any("(6 of 6)" in e and "rank 0" in e for e in v.evidence), v.evidence
 
 
 def test_unbreakable_tie_names_every_tied_side() -> None:

@@ -363,7 +363,7 @@ def test_point_to_point_pair_is_the_culprit_of_a_two_to_two_tie() -> None:
     v = top(snapshot)
     assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (2, 3))
     # decided by the first tie rule, point-to-point, and the verdict says so
-    assert any("(1 of 5)" in e and "point-to-point" in e for e in v.evidence), v.evidence
+    assert any("(1 of 6)" in e and "point-to-point" in e for e in v.evidence), v.evidence
 
 
 def test_ranks_in_a_store_get_wait_for_the_rank_that_never_sets_the_key() -> None:
