@@ -2012,7 +2012,8 @@ def _cannot_tell(verdict: Verdict, what: str, why: str, next_step: str) -> Verdi
 def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     """Fewer ranks busy in their own code than wait for them (as many when each waiting rank
     waits for what a busy rank sends it: rank 0 preparing the weights it broadcasts to one
-    evaluator, healthy_eval_rank), and every waiting rank waits in
+    evaluator, healthy_eval_rank; or waits in a barrier or the group's start-up: a job of two
+    ranks, a gate on the local rank), and every waiting rank waits in
     a barrier, or in a rooted collective whose root is a busy rank: the shape of a rank-gated
     phase (``if rank == 0: prepare() / evaluate() / save()`` then a barrier; Hugging Face's
     main_process_first; a broadcast of what rank 0 prepares), which lasts as long as it
@@ -2023,7 +2024,14 @@ def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     locals) the busy ranks are not in."""
     roots = {s.rank for s in busy}
     sent = all(s.op in _ROOTED and _root_of(s) in roots for s in waiting)
-    if not waiting or len(busy) > len(waiting) or (len(busy) == len(waiting) and not sent):
+    # as many busy as waiting: a job of two ranks (rank 0 evaluates, rank 1 waits in the
+    # barrier: rank0_eval_barrier at 2 x 1 was a critical "spinning"), or a gate on the local
+    # rank (one rank a node prepares); in a barrier, the process group's start-up, or a
+    # broadcast from a busy rank, not in the step's own collective
+    paired = all(s.op in ("barrier", "monitored_barrier") or s.op in STARTUP_OPS
+                 for s in waiting)
+    if not waiting or len(busy) > len(waiting) or (
+            len(busy) == len(waiting) and not (sent or paired)):
         return False
     # a barrier on a subgroup the busy ranks are not in does not wait for them
     if any(s.members and not roots <= set(s.members) for s in waiting):

@@ -220,7 +220,9 @@ def test_rank_spinning_on_one_line_is_spinning_at_that_line() -> None:
     s = job(
         1,
         2,
-        lambda r: [in_user(33) if r == 1 else collective("barrier")] * K,
+        # (the step's all_reduce: a barrier there is a rank-gated phase, a short look cannot
+        # tell, test_a_two_rank_job_whose_rank_0_evaluates_before_a_barrier_is_a_gated_phase)
+        lambda r: [in_user(33) if r == 1 else collective("all_reduce")] * K,
         overrides={1: {"cpu": 100.0, "active": True}},
     )
     v = hang(diagnose(s))
@@ -586,3 +588,13 @@ def test_a_side_path_is_named_by_a_word_of_the_function_not_a_substring() -> Non
     # "invalid", "print" inside "fingerprint" do not
     assert [f for f in side if not _named_like_a_side_path(f)] == []
     assert [f for f in loop if _named_like_a_side_path(f)] == []
+
+
+def test_a_two_rank_job_whose_rank_0_evaluates_before_a_barrier_is_a_gated_phase() -> None:
+    # GIVEN rank0_eval_barrier at two ranks, recorded: rank 0 in its pure-Python validation
+    # pass, rank 1 in the barrier after it (found by tests/accuracy.py --shape 2x1: as many
+    # busy as waiting was a critical "spinning" on a healthy job)
+    v = diagnose(recorded("rank0_eval_barrier.2x1.default")).verdicts[0]
+    # THEN it is what a short look cannot tell from a hang, not an alarm
+    assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,))
+    assert v.summary.startswith("a rank-gated phase or a hang, cannot tell: rank 0 is busy")
