@@ -176,7 +176,8 @@ def shaped_truth(name: str, shape: Shape | None) -> dict[str, Any]:
 def parse_shape(text: str) -> Shape:
     """ "4x2" -> (4, 2)."""
     nodes, sep, per_node = text.lower().partition("x")
-    if not sep or not nodes.isdigit() or not per_node.isdigit() or "0" in (nodes, per_node):
+    if not sep or not nodes.isdigit() or not per_node.isdigit() or 0 in (int(nodes),
+                                                                          int(per_node)):
         raise argparse.ArgumentTypeError(f"{text!r} is not NODESxTASKS (e.g. 4x2)")
     return int(nodes), int(per_node)
 

@@ -36,9 +36,9 @@ a deadlocked pair), a barrier or object collective (the usual extra call on a ra
 logging/eval/checkpoint path, D21/D23), not issued by the training machinery (DDP, FSDP,
 DeepSpeed engine, autograd, optimizer issue the loop's usual collective), a user frame named like
 such a path (save, checkpoint, eval, log, print, metric, ...), waiting in DDP's forward (its
-buffer broadcast) while the other side waits in backward (a backward skipped on a non-finite
-loss; ddp_skipped_backward_pair: rank 0 was blamed before), holding global
-rank 0 (``if rank == 0:`` is the classic gate). The verdict's evidence names the sign that decided. When no sign
+buffer broadcast) where the other side is not (a backward skipped on a non-finite loss;
+ddp_skipped_backward_pair: rank 0 was blamed before), holding global rank 0 (``if rank ==
+0:`` is the classic gate). The verdict's evidence names the sign that decided. When no sign
 tells them apart, every tied group is named and the summary says it could not tell which side
 diverged.
 
@@ -1359,8 +1359,8 @@ TIE_RULES = (
     ("not the training machinery's collective (DDP, FSDP, autograd, optimizer, DeepSpeed "
      "issue the loop's usual one)"),
     "a frame of the job named like a side path (save, checkpoint, eval, log, metric, ...)",
-    ("in DDP's forward, its buffer broadcast, the other side further in a step: it began a "
-     "step without the last one's backward (skipped on a non-finite loss, D8/D20)"),
+    ("in DDP's forward, its buffer broadcast, where the other side is not: it began a step "
+     "the other has not finished (a backward skipped on a non-finite loss, D8/D20)"),
     "holds rank 0 (`if rank == 0:` is the classic gate)",
 )
 
@@ -1375,7 +1375,9 @@ _DIVERGED_READING = (
     "they wait in DDP's forward: a step begun without this one's backward",
 )
 #: DDP's forward syncing its buffers before the step (broadcast from rank 0): a rank there while
-#: others wait in the last step's backward has passed that backward without its all_reduce
+#: the others are not has begun a step they have not finished (its backward's all_reduce
+#: skipped). Its liar, not written: an extra backward on the other side (the diverger is then
+#: the one in backward)
 _DDP_FORWARD_SYNC = frozenset({"_pre_forward", "_sync_buffers", "_sync_module_buffers"})
 
 
@@ -2028,10 +2030,10 @@ def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     # barrier: rank0_eval_barrier at 2 x 1 was a critical "spinning"), or a gate on the local
     # rank (one rank a node prepares); in a barrier, the process group's start-up, or a
     # broadcast from a busy rank, not in the step's own collective
-    paired = all(s.op in ("barrier", "monitored_barrier") or s.op in STARTUP_OPS
-                 for s in waiting)
+    at_a_gate = all(s.op in ("barrier", "monitored_barrier") or s.op in STARTUP_OPS
+                    for s in waiting)
     if not waiting or len(busy) > len(waiting) or (
-            len(busy) == len(waiting) and not (sent or paired)):
+            len(busy) == len(waiting) and not (sent or at_a_gate)):
         return False
     # a barrier on a subgroup the busy ranks are not in does not wait for them
     if any(s.members and not roots <= set(s.members) for s in waiting):

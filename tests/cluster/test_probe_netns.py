@@ -169,7 +169,8 @@ def test_a_slow_link_names_that_link(cluster):
 
 
 def announced(pid: int) -> bool:
-    """The probe has started its two server threads: its address line follows at once."""
+    """The probe has started its two server threads: after its hello (what the stop at
+    start may precede), its address line following at once."""
     return len(os.listdir(f"/proc/{pid}/task")) >= 3
 
 

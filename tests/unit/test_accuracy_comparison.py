@@ -216,7 +216,7 @@ def test_a_run_that_could_not_be_judged_says_why_on_its_console_line(monkeypatch
 def test_a_shape_is_nodes_by_tasks_and_anything_else_is_refused():
     assert parse_shape("4x2") == (4, 2) and parse_shape("3X2") == (3, 2)
     import argparse
-    for bad in ("4", "x2", "4x", "0x2", "4x0", "4x2x1", "four x two"):
+    for bad in ("4", "x2", "4x", "0x2", "4x0", "00x2", "4x2x1", "four x two"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_shape(bad)
 

@@ -12,6 +12,7 @@ from snapfactory import (
     dataloader_wait,
     in_user,
     job,
+    map_every_rank,
     node,
     rank,
     recorded,
@@ -23,7 +24,7 @@ from snapfactory import (
 
 from slurmdiag.analysis import analyze, diagnose
 from slurmdiag.analysis.model import Analysis
-from slurmdiag.snapshot import LogFinding, Sample, Snapshot, Verdict, WorkerProcess
+from slurmdiag.snapshot import LogFinding, Rank, Sample, Snapshot, Verdict, WorkerProcess
 
 K = 3  # samples per rank
 
@@ -598,3 +599,25 @@ def test_a_two_rank_job_whose_rank_0_evaluates_before_a_barrier_is_a_gated_phase
     # THEN it is what a short look cannot tell from a hang, not an alarm
     assert (v.kind, v.severity, v.culprit_ranks) == ("slow_step", "info", (0,))
     assert v.summary.startswith("a rank-gated phase or a hang, cannot tell: rank 0 is busy")
+
+
+def test_one_package_in_each_ranks_own_venv_is_one_collective_and_two_lines_are_two() -> None:
+    # installed_package: the job's package installed in a venv of each rank's own, ranks 0, 1,
+    # 3 in its loop.py:28's all_reduce (three paths, one line of one program)
+    recording = recorded("installed_package.default.console_script")
+    verdict = diagnose(recording).verdicts[0]
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
+    assert not any("different collectives" in e for e in verdict.evidence), verdict.evidence
+    # AND with rank 3 at another line of it, the waiting ranks are in two collectives
+    def elsewhere(rank: Rank) -> Rank:
+        if rank.rank != 3:
+            return rank
+        samples = tuple(replace(x, threads=tuple(
+            replace(t, frames=tuple(replace(f, line=f.line + 4) if f.file.endswith("loop.py")
+                                    else f for f in t.frames)) for t in x.threads))
+            for x in rank.samples)
+        return replace(rank, samples=samples)
+
+    moved = diagnose(map_every_rank(recording, elsewhere)).verdicts[0]
+    assert ("the waiting ranks sit in 2 different collectives: a consequence of the culprit, "
+            "or a mismatch of their own") in moved.evidence, moved.evidence

@@ -55,28 +55,6 @@ def test_a_request_stuck_on_a_worker_is_a_straggler_there() -> None:
     assert not any("different collectives" in e for e in verdict.evidence), verdict.evidence
 
 
-def test_one_package_in_each_ranks_own_venv_is_one_collective_and_two_lines_are_two() -> None:
-    # installed_package: the job's package installed in a venv of each rank's own, ranks 0, 1,
-    # 3 in its loop.py:28's all_reduce (three paths, one line of one program)
-    recording = recorded("installed_package.default.console_script")
-    verdict = diagnose(recording).verdicts[0]
-    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
-    assert not any("different collectives" in e for e in verdict.evidence), verdict.evidence
-    # AND with rank 3 at another line of it, the waiting ranks are in two collectives
-    def elsewhere(rank: Rank) -> Rank:
-        if rank.rank != 3:
-            return rank
-        samples = tuple(replace(x, threads=tuple(
-            replace(t, frames=tuple(replace(f, line=f.line + 4) if f.file.endswith("loop.py")
-                                    else f for f in t.frames)) for t in x.threads))
-            for x in rank.samples)
-        return replace(rank, samples=samples)
-
-    moved = diagnose(map_every_rank(recording, elsewhere)).verdicts[0]
-    assert ("the waiting ranks sit in 2 different collectives: a consequence of the culprit, "
-            "or a mismatch of their own") in moved.evidence, moved.evidence
-
-
 def test_a_request_stuck_on_the_servers_handler_thread_is_where_it_stops() -> None:
     # rank 0's request handler waits on a moderation service (no timeout) before the command's
     # broadcast; its main thread is in the accept loop and ranks 1-3 in the broadcast, as when
