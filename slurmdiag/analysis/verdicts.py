@@ -1213,8 +1213,10 @@ def _collective_call(s: _Status) -> tuple[object, ...]:
 
 
 def _waiting_phrase(waiting: list[_Status]) -> str:
-    """ "ranks 0-6 wait in all_reduce at train.py:50" (several places listed by size)."""
-    groups = _group_by(waiting, lambda s: s.position)
+    """ "ranks 0-6 wait in all_reduce at train.py:50" (several places listed by size; one
+    place a collective and the way to it, so one line of a package installed in each rank's
+    own venv is one place, the first rank's path shown)."""
+    groups = _group_by(waiting, lambda s: (_collective_call(s), s.via))
     ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0].rank))
     ranks = [s.rank for s in waiting]
     label = _ranks_label(ranks)

@@ -608,6 +608,10 @@ def test_one_package_in_each_ranks_own_venv_is_one_collective_and_two_lines_are_
     verdict = diagnose(recording).verdicts[0]
     assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
     assert not any("different collectives" in e for e in verdict.evidence), verdict.evidence
+    # AND the summary names it once, at the first rank's path
+    assert verdict.summary.endswith(
+        "ranks 0-1,3 wait in all_reduce at /tmp/slurmdiag-accuracy/batch1/installed_package/"
+        "venv-0/lib/python3.11/site-packages/trainkit/loop.py:28"), verdict.summary
     # AND with rank 3 at another line of it, the waiting ranks are in two collectives
     def elsewhere(rank: Rank) -> Rank:
         if rank.rank != 3:
@@ -621,3 +625,4 @@ def test_one_package_in_each_ranks_own_venv_is_one_collective_and_two_lines_are_
     moved = diagnose(map_every_rank(recording, elsewhere)).verdicts[0]
     assert ("the waiting ranks sit in 2 different collectives: a consequence of the culprit, "
             "or a mismatch of their own") in moved.evidence, moved.evidence
+    assert "wait in collectives (all_reduce at" in moved.summary, moved.summary
