@@ -70,7 +70,8 @@ out=""
 for i in {1..100}; do zpty -r -t z chunk && out+=$chunk; [[ $out == *COMPINIT_DONE*READY\>* ]] && break; sleep 0.1; done
 zpty -w -n z "slurmdiag $2"$'\t'
 out=""
-for i in {1..30}; do sleep 0.1; while zpty -r -t z chunk; do out+=$chunk; done; done
+# until the completed word is redrawn, or 10 s on a loaded machine (was a fixed 3 s: failed once under load)
+for i in {1..100}; do sleep 0.1; while zpty -r -t z chunk; do out+=$chunk; done; [[ ${out//$'\b'/} == *"$3"* ]] && break; done
 print -r -- "$out"
 zpty -d z
 """
@@ -87,7 +88,8 @@ def test_zsh_completion_installed_by_the_readme_command(tmp_path, typed, complet
     home = install(tmp_path, "zsh")
     driver = tmp_path / "driver.zsh"
     driver.write_text(ZPTY_DRIVER)
-    done = subprocess.run(["zsh", "-f", str(driver), str(home / ".zfunc"), typed],
+    done = subprocess.run(["zsh", "-f", str(driver), str(home / ".zfunc"), typed,
+                           completed.split()[-1]],
                           capture_output=True, text=True, timeout=60, check=False)
     # THEN a TAB completes the word in the command line zsh redraws
     screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|.\x08", "", done.stdout)
