@@ -1141,7 +1141,9 @@ def _serving_step(serving: list[tuple[_Status, str]], waiting: list[_Status]) ->
     """A service idle between requests (_serving, _commanded_by): its server ranks, each with
     its accept loop, wait for clients, the others for the command it broadcasts on the next
     request. What would make this lie: the server's clients that never come because they
-    wait for the job, which the job's stacks cannot show."""
+    wait for the job, which the job's stacks cannot show; and a training job whose rank serves
+    on its main thread by mistake (serve_thread_called: ``Thread(target=server.serve_forever())``
+    calls it there), the stacks the same: said in the next step, not told apart."""
     loops = _unique(loop for _, loop in serving)
     serving_ranks = [s for s, _ in serving]
     ranks = [s.rank for s in serving_ranks]
@@ -1167,7 +1169,10 @@ def _serving_step(serving: list[tuple[_Status, str]], waiting: list[_Status]) ->
                   *_group_evidence(waiting, limit=4), why),
         next_step=("send the service a request (or look at its clients): the waiting ranks "
                    "move with the command it broadcasts; a request that hangs leaves its "
-                   "handler thread in the stacks (py-spy dump --pid PID)"),
+                   "handler thread in the stacks (py-spy dump --pid PID). If the job trains "
+                   "rather than serves, the server rank is hung in its accept loop: look at "
+                   "the line that starts it (Thread(target=server.serve_forever()) runs the "
+                   "server on the calling thread; pass the method, not its call)"),
     )
 
 
@@ -3497,12 +3502,18 @@ def _hang_verdicts(
         native = [s for s in computing if _native_step(s)]
         # one slow rank waited for by the rest, on CPU: with NCCL a hung collective surfaces
         # as ranks busy without the GIL at the next sync (.item()), and that stays "spinning"
-        if len(native) == len(computing) < len(waiting) and not verdicts and not gpus \
-                and not long_wait:
+        # when they are the most (bigscience's 6 to 2); as many computing as waiting is two
+        # pipeline stages computing while the others wait for them (healthy_pipeline_p2p),
+        # said as a rank-gated phase where it is one
+        slow = len(native) == len(computing) and not verdicts and not gpus and not long_wait
+        gated = (not verdicts and not dead and not layout.missing and not long_wait
+                 and _gated_phase(computing, waiting))
+        if slow and len(computing) < len(waiting):
             verdicts.append(_slow_step(computing, waiting))
-        elif not verdicts and not dead and not layout.missing and not long_wait \
-                and _gated_phase(computing, waiting):
+        elif gated:
             verdicts.append(_gated_step(computing, waiting))
+        elif slow and len(computing) == len(waiting):
+            verdicts.append(_slow_step(computing, waiting))
         else:
             verdicts.append(_spinning(computing, waiting, severity))
     if not verdicts and unsampled and waiting and len({s.position for s in waiting}) == 1:

@@ -93,3 +93,16 @@ def test_a_handler_stuck_on_the_main_thread_inside_the_loop_is_no_idle_service()
     assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == (
         "straggler", "critical", (0,))
     assert verdict.sites[0].endswith("tests/scenarios/server_shutdown_deadlock.py:40")
+
+
+def test_a_training_rank_serving_on_its_main_thread_by_mistake_is_named_in_the_next_step() -> None:
+    # GIVEN serve_thread_called (recorded): rank 0 ran Thread(target=server.serve_forever())
+    # after epoch 0, so it serves on its main thread; ranks 1-3 wait in the next epoch's
+    # broadcast of its seed from rank 0: the stacks of an idle service, a known miss
+    verdict = diagnose(recorded("serve_thread_called.default")).verdicts[0]
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("idle", "info", (0,))
+    # THEN the culprit's line is the one that started the server, and the next step says how
+    # to tell the two apart
+    assert verdict.sites[0].endswith("tests/scenarios/serve_thread_called.py:43")
+    assert "If the job trains rather than serves" in (verdict.next_step or "")
+    assert "Thread(target=server.serve_forever())" in (verdict.next_step or "")
