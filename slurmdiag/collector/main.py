@@ -576,6 +576,13 @@ def _wchan(pid):
     return wchan.strip() if wchan and wchan.strip() not in ("", "0") else None
 
 
+def _wait_unread(wchan):
+    """No wait channel, or ``ptrace_stop`` read of a process not in a tracing stop: our strace
+    stopping it as it attached or left (retry_loop_store_waiter: a sleeper of three read so,
+    its sleep unnamed, and the rule that sees the three asleep together did not hold)."""
+    return wchan is None or wchan == "ptrace_stop"
+
+
 def reread_woken(run, entries):
     """Read again, for up to WOKEN_REREAD_S, the state of the processes read runnable with no wait
     channel though they used (almost) no CPU over the window, until the kernel names their wait.
@@ -584,10 +591,12 @@ def reread_woken(run, entries):
     open read as running). A process that stays runnable (starved on a crowded node) keeps its
     reading; one that works is not read again (its CPU says so). One read asleep with no wait
     channel was read as it woke or went to sleep between the two readings (store_poll --samples 1:
-    rank 1 in its store poll, its wait unread, the straggler with rank 2): read again too.
+    rank 1 in its store poll, its wait unread, the straggler with rank 2): read again too, as is
+    one read asleep in ``ptrace_stop`` (our strace's stop, _wait_unread); one found in a tracing
+    stop (state t: a debugger's) keeps that reading.
     """
     woken = [e for e in entries
-             if e.get("wchan") is None and (
+             if _wait_unread(e.get("wchan")) and (
                  e.get("state") in ("S", "D")
                  or (e.get("state") == "R" and e.get("cpu_percent") is not None
                      and e["cpu_percent"] < IDLE_CPU_PERCENT))]
@@ -603,7 +612,7 @@ def reread_woken(run, entries):
             stat = _stat_now(run, pid)
             if stat is None or stat["starttime"] != run.window_start[pid][2]:
                 continue
-            if wchan is not None and stat["state"] != "R":
+            if stat["state"] in ("t", "T") or (not _wait_unread(wchan) and stat["state"] != "R"):
                 entry["state"], entry["wchan"] = stat["state"], wchan
             else:
                 left.append(entry)

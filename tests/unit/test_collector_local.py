@@ -1306,13 +1306,16 @@ def test_a_rank_read_as_its_sleep_ends_is_read_again_until_the_kernel_names_its_
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    # (and one read asleep whose wait channel was read as it woke: "S", no wait channel)
+    # (and one read asleep whose wait channel was read as it woke: "S", no wait channel; and
+    # one read asleep in ptrace_stop: our strace's stop as it attached or left)
     between = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stopped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         time.sleep(0.5)  # the sleepers asleep, the spinner spinning
-        procs = (sleeper, spinner, worker, between)
+        procs = (sleeper, spinner, worker, between, stopped)
         entries = [{"pid": p.pid, "state": state, "wchan": None, "cpu_percent": cpu}
-                   for p, cpu, state in zip(procs, (0.0, 0.0, 90.0, 30.0), "RRRS")]
+                   for p, cpu, state in zip(procs, (0.0, 0.0, 90.0, 30.0, 1.0), "RRRSS")]
+        entries[4]["wchan"] = "ptrace_stop"
         starts = {p.pid: (0.0, 0, procfs.read_stat(p.pid)["starttime"]) for p in procs}
         run = SimpleNamespace(tracing=None, window_start=starts,
                               clock=tools.Clock(30.0))
@@ -1328,8 +1331,10 @@ def test_a_rank_read_as_its_sleep_ends_is_read_again_until_the_kernel_names_its_
         assert spent < collector.WOKEN_REREAD_S + 0.5, spent
         # AND the one read asleep gets its wait named, whatever its CPU
         assert entries[3]["state"] == "S" and "sleep" in entries[3]["wchan"], entries[3]
+        # AND so does the one read in our strace's stop
+        assert entries[4]["state"] == "S" and "sleep" in entries[4]["wchan"], entries[4]
     finally:
-        for p in (sleeper, spinner, worker, between):
+        for p in (sleeper, spinner, worker, between, stopped):
             p.kill()
             p.wait()
 
