@@ -592,8 +592,8 @@ def reread_woken(run, entries):
     reading; one that works is not read again (its CPU says so). One read asleep with no wait
     channel was read as it woke or went to sleep between the two readings (store_poll --samples 1:
     rank 1 in its store poll, its wait unread, the straggler with rank 2): read again too, as is
-    one read asleep in ``ptrace_stop`` (our strace's stop, _wait_unread); one found in a tracing
-    stop (state t: a debugger's) keeps that reading.
+    one read asleep in ``ptrace_stop`` (our strace's stop, _wait_unread): one still so after
+    WOKEN_REREAD_S keeps its reading, which the analysis reads as no wait channel.
     """
     woken = [e for e in entries
              if _wait_unread(e.get("wchan")) and (
@@ -612,7 +612,7 @@ def reread_woken(run, entries):
             stat = _stat_now(run, pid)
             if stat is None or stat["starttime"] != run.window_start[pid][2]:
                 continue
-            if stat["state"] in ("t", "T") or (not _wait_unread(wchan) and stat["state"] != "R"):
+            if not _wait_unread(wchan) and stat["state"] != "R":
                 entry["state"], entry["wchan"] = stat["state"], wchan
             else:
                 left.append(entry)
