@@ -261,7 +261,7 @@ def totals(results: Sequence[Comparison], mode: str) -> Totals:
 
 def render_markdown(results: Sequence[Comparison], *, when: str, version: str,
                     commit: str, minutes: float | None = None,
-                    shape: Shape | None = None) -> str:
+                    shape: Shape | None = None, threads: str | None = None) -> str:
     by_name: dict[str, dict[str, Comparison]] = {}
     for r in results:
         by_name.setdefault(r.name, {})[r.mode] = r
@@ -269,7 +269,8 @@ def render_markdown(results: Sequence[Comparison], *, when: str, version: str,
         "# Accuracy of slurmdiag's verdicts on the scenario corpus",
         "",
         f"Measured {when} with slurmdiag {version} (commit {commit}) by "
-        + (f"`tests/accuracy.py --shape {shape[0]}x{shape[1]}`" if shape else "`make accuracy`")
+        + (f"`tests/accuracy.py{f' --shape {shape[0]}x{shape[1]}' if shape else ''}"
+           f"{f' --threads {threads}' if threads else ''}`" if shape or threads else "`make accuracy`")
         + (f" in {minutes:.0f} min" if minutes is not None else "")
         + (f", every scenario at {shape[0]} nodes x {shape[1]} tasks (a hang's culprits are "
            "the ranks that reported themselves culprit or dead)" if shape else ""),
@@ -468,7 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=REPO_ROOT / "artifacts" / "accuracy")
     parser.add_argument("--shape", type=parse_shape, metavar="NODESxTASKS",
                         help="run every scenario at this shape (e.g. 4x2), not its own")
+    parser.add_argument("--threads", metavar="N|default",
+                        help="each rank's OMP_NUM_THREADS (1 unless given; default: torch's own "
+                             "count, as plain srun leaves it)")
     args = parser.parse_args(argv)
+    if args.threads:
+        os.environ["SLURMDIAG_SCENARIO_THREADS"] = args.threads
     if not os.environ.get("SLURM_CONF"):
         print("error: SLURM_CONF is not set\nhint: `make accuracy` starts the local cluster and "
               "sets it; by hand: eval \"$(deploy/local-cluster/cluster env)\"", file=sys.stderr)
@@ -485,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render_markdown(results, when=started, version=__version__,
-                                        shape=args.shape, commit=_git_commit(),
+                                        shape=args.shape, threads=args.threads,
+                                        commit=_git_commit(),
                                         minutes=(time.monotonic() - began) / 60))
     t = totals(results, "default")
     print(f"{args.out}: default: culprits {t.culprits_right}/{t.hang_runs}, site "

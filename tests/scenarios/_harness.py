@@ -159,7 +159,10 @@ def init_distributed(info: RankInfo, file_store: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
+    # tests/accuracy.py --threads: "default" leaves torch its own intra-op thread count.
+    threads = os.environ.get("SLURMDIAG_SCENARIO_THREADS", "1")
+    if threads != "default":
+        torch.set_num_threads(int(threads))
     if os.environ.get("SLURMDIAG_SCENARIO_FLIGHT_RECORDER") == "1":
         # What a user adds to a training script to get Flight Recorder dumps on demand.
         import slurmdiag.torch

@@ -245,7 +245,10 @@ def sbatch_argv(truth: Mapping[str, Any], state_dir: Path, script: Path) -> list
 def _environment_lines(state_dir: Path) -> list[str]:
     return [
         "unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT",
-        "export OMP_NUM_THREADS=1",
+        # One intra-op thread a rank unless the run asks otherwise (tests/accuracy.py --threads):
+        # "default" leaves torch its own count, as a job started by plain srun gets.
+        'export OMP_NUM_THREADS="${SLURMDIAG_SCENARIO_THREADS:-1}"',
+        'if [ "$OMP_NUM_THREADS" = default ]; then unset OMP_NUM_THREADS; fi',
         "export PYTHONUNBUFFERED=1",
         f"export SLURMDIAG_SCENARIO_DIR={shlex.quote(str(state_dir))}",
         # The scenario programs import _harness and _training from their own directory;

@@ -183,6 +183,9 @@ def test_totals_and_markdown_count_each_mode():
     assert "| false alarms (no-hang scenarios) | 0/1 | 0/0 |" in text
     assert "`p2p_deadlock` ran" not in text and "| `p2p_deadlock` |" in text
     assert "error: job FAILED" in text
+    assert "`make accuracy`" in text
+    other = render_markdown(results, when="now", version="0", commit="abc", threads="default")
+    assert "`tests/accuracy.py --threads default`" in other
 
 
 def test_a_run_that_could_not_be_judged_says_why_on_its_console_line(monkeypatch, tmp_path):

@@ -262,3 +262,20 @@ def test_a_monitor_scenario_starts_its_monitor_step_first(tmp_path):
     assert monitor < training
     assert lines[monitor].startswith("srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 ")
     assert lines[monitor].endswith(" &") and lines[monitor + 1].startswith("sleep ")
+
+
+@pytest.mark.parametrize(("asked", "seen"), [(None, "1"), ("default", "unset"), ("4", "4")])
+def test_a_scenario_runs_one_intra_op_thread_unless_the_run_asks_for_others(tmp_path, asked, seen):
+    # GIVEN the environment lines of a batch script, run by bash as the job runs them, with
+    # and without tests/accuracy.py --threads (SLURMDIAG_SCENARIO_THREADS)
+    import os
+    import subprocess
+
+    from scenarios.launch import _environment_lines
+
+    lines = _environment_lines(tmp_path)
+    env = {"PATH": os.environ["PATH"], **({"SLURMDIAG_SCENARIO_THREADS": asked} if asked else {})}
+    out = subprocess.run(["bash", "-c", "\n".join([*lines, 'echo "${OMP_NUM_THREADS-unset}"'])],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    # THEN OMP_NUM_THREADS is 1 by default, left unset for "default" (torch's own count)
+    assert out.strip() == seen
