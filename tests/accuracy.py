@@ -143,11 +143,16 @@ def compare(truth: Mapping[str, Any], snapshot: Mapping[str, Any], mode: str = "
                                          if v.get("severity") in HANG_SEVERITIES
                                          for e in v.get("evidence") or ())])
     missing = tuple(m for m in truth.get("verdict_mentions", ()) if m not in text)
+    # a job that started no rank (no_ranks): its culprits are nodes (indices in the job's node
+    # list), named in the summary
+    job_nodes = (snapshot.get("job") or {}).get("nodes") or []
+    culprit_nodes = [job_nodes[i] if i < len(job_nodes) else f"node index {i}"
+                     for i in truth.get("culprit_nodes", ())]
     return Comparison(
         name, mode, str(truth["expected_kind"]), produced,
         kind_right=produced.is_hang and produced.kind == truth["expected_kind"],
         culprits_right=produced.is_hang and set(produced.culprit_ranks) == set(
-            truth["culprit_ranks"]),
+            truth["culprit_ranks"]) and all(n in produced.summary for n in culprit_nodes),
         site_right=produced.is_hang and any(site_matches(s, truth) for s in produced.sites),
         false_alarm=False,
         mentions_missing=missing,

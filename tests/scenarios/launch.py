@@ -93,6 +93,8 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
         f"# Scenario {truth['name']} ({truth['launcher']}), written by tests/scenarios/launch.py",
         "set -u",
         *_environment_lines(state_dir),
+        # the truth's own settings for the job (torchrun's LOGLEVEL for a ready_pattern)
+        *(f"export {k}={shlex.quote(str(v))}" for k, v in truth.get("environment", {}).items()),
         'echo "scenario ' + truth["name"] + ': job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
     ]
     nodes, per_node = truth["nodes"], truth["ntasks_per_node"]
@@ -163,8 +165,10 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
             + ' --rdzv-backend=c10d --rdzv-endpoint="$1" --rdzv-id="$SLURM_JOB_ID"'
             + ' --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) --max-restarts=0 "$2"'
         )
+        # a wrapper (truth "wrapper") runs the agent's line as its child, after its own steps
+        wrapper = ["bash", str(REPO_ROOT / truth["wrapper"])] if truth.get("wrapper") else []
         argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-                "bash", "-c", agent,
+                *wrapper, "bash", "-c", agent,
                 torchrun]
         lines.append(shlex.join(argv) + ' "$RDZV_ADDR:$RDZV_PORT" ' + shlex.quote(str(program)))
     elif truth["launcher"] == "torchrun-standalone":
@@ -379,11 +383,13 @@ class ScenarioRun:
         deadline = time.monotonic() + timeout
         # ranks whose process the job never starts (run_with_staging.sh) never report
         world_size = int(self.truth["world_size"]) - len(self.truth.get("unstarted_ranks", ()))
+        # a job that starts no rank (torchrun_node_staging) is ready when its log says so
+        pattern = re.compile(self.truth["ready_pattern"]) if self.truth.get("ready_pattern") else None
         while True:
             records = self.rank_records()
             if len(records) == world_size and not any(
                 _process_alive(r) for r in records.values() if r.get("role") == "dead"
-            ):
+            ) and (pattern is None or pattern.search(self.output())):
                 time.sleep(_READY_GRACE_SECONDS)
                 self.ready = records
                 return records

@@ -22,7 +22,7 @@ from scenarios.launch import (
 )
 
 KINDS = {"mismatched_collective", "straggler", "spinning", "missing_rank", "all_waiting",
-         "progressing"}
+         "progressing", "no_ranks"}
 REQUIRED = {
     "name": str, "program": str, "launcher": str, "nodes": int, "ntasks_per_node": int,
     "world_size": int, "culprit_ranks": list, "culprit_site": (str, type(None)),
@@ -64,6 +64,13 @@ def test_truth_is_well_formed(name):
     culprits, waiting = set(truth["culprit_ranks"]), set(truth["waiting_ranks"])
     # ranks that finished and exited before the look (exit_waits_uploader): no process
     exited = set(truth.get("exited_ranks", []))
+    if truth["expected_kind"] == "no_ranks":
+        # no rank ever starts (a node's launcher held back): the culprits are nodes, by their
+        # index in the job's node list, and the job is ready when its log says so
+        assert not culprits and not waiting and set(truth["unstarted_ranks"]) == ranks
+        assert truth["culprit_nodes"] and all(0 <= i < truth["nodes"] for i in truth["culprit_nodes"])
+        assert truth["ready_pattern"] and truth["culprit_site"]
+        return
     # ranks whose process the job never starts: culprits that cannot report ready
     assert set(truth.get("unstarted_ranks", [])) <= culprits
     assert culprits <= ranks and waiting <= ranks and not culprits & waiting
