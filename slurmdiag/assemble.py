@@ -287,6 +287,7 @@ def _other(proc: nd.Process) -> WorkerProcess:
         recent_traffic=_recent_traffic(proc.get("recent_traffic")),
         io_rate=_int(proc.get("io_rate")),
         via=_pids(proc.get("via")),
+        script_line=proc.get("script_line") if isinstance(proc.get("script_line"), str) else None,
     )
 
 

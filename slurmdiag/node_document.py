@@ -170,6 +170,7 @@ class Process(TypedDict, total=False):
     cpu_window_s: float | None
     io_rate: int
     via: list[int]
+    script_line: str  # a shell task's "path:line": the command it waits for (collector/shells.py)
     env: dict[str, str]
     samples: list[Sample]
     strace: Strace | None

@@ -123,6 +123,9 @@ class WorkerProcess:
     # the job step of a process set apart from the ranks (role "not a rank": a per-node monitor
     # claiming the training ranks' numbers, analysis/steps.py); None otherwise
     step_id: str | None = None
+    # a shell task's place in its script: "path:line" of the command it waits for (a wrapper
+    # still staging data before python, collector/shells.py); None when not found
+    script_line: str | None = None
 
 
 @dataclass(frozen=True)

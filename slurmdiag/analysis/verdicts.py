@@ -83,6 +83,7 @@ from slurmdiag.snapshot import (
     FileLock,
     Frame,
     LogFinding,
+    Node,
     Rank,
     RecentConnection,
     RecentTraffic,
@@ -165,6 +166,13 @@ NEXT_STEPS = {
         "from all), launch one agent per node (srun --ntasks-per-node=1), and use --standalone "
         "only for a single node; the agent's rendezvous times out after --rdzv-conf "
         "join_timeout (900 s)"
+    ),
+    "launcher_not_started": (
+        "the nodes named never started their launcher: their job step still runs the wrapper's "
+        "command at the line named (a copy, a download, a container pull, an install); see why on "
+        "that node (`ps -ef --forest` under its slurmstepd, the wrapper's own log) and let the "
+        "wrapper time out or fail rather than wait; the other nodes' launchers wait for them in "
+        "the rendezvous until --rdzv-conf join_timeout (900 s)"
     ),
     "incomplete": (
         "look at the failed nodes' messages; attach again with a longer --timeout, or check the "
@@ -2609,24 +2617,13 @@ def _not_started_there(snapshot: Snapshot, verdict: Verdict) -> Verdict:
     after python (archiving the logs of a failed run: wrapper_upload_after_crash). A traceback
     of no rank (srun without --label) may be theirs or a handled one of another rank: both
     readings are said."""
-    nodes = [n for n in snapshot.nodes if n.status == NodeStatus.OK and not n.ranks
-             and any(p.role == "task" for p in n.other_processes)]
+    nodes = _task_nodes(snapshot)
     if not nodes or not verdict.culprit_ranks:
         return verdict
-    lines: list[str] = []
-    places: list[str] = []
-    for node in nodes:
-        tasks = [p for p in node.other_processes if p.role == "task"]
-        doing = next((p for p in reversed(tasks)
-                      if p.cmdline and p.cmdline[0].rsplit("/", 1)[-1] not in _SHELLS), tasks[-1])
-        command = " ".join(doing.cmdline)[:120] or f"pid {doing.pid}"
-        places.append(f"{node.name} runs `{command}`")
-        lines.extend(f"{node.name}: task pid {p.pid} ({p.state or '?'}): "
-                     f"{' '.join(p.cmdline)[:160]}" for p in tasks[:6])
+    places, lines, sites = _task_places(nodes)
     where = (f"no Python process runs on {compress_hostlist([n.name for n in nodes])}: "
              f"{', '.join(places)} in the job's step")
-    before = ("not started yet (a step before python that has not ended: staging data, a "
-              "container, an install)")
+    before = _NOT_STARTED_YET
     after = ("a step of their wrapper after python (archiving logs, cleaning up) keeps the "
              "task alive, so srun never sees it end")
     ranks = set(verdict.culprit_ranks)
@@ -2645,7 +2642,41 @@ def _not_started_there(snapshot: Snapshot, verdict: Verdict) -> Verdict:
     else:
         summary = (f"{verdict.summary.replace('no process (exited or crashed)', 'no process')}"
                    f"; {where}, its ranks most likely {before}")
-    return replace(verdict, summary=summary, evidence=(*lines, *verdict.evidence))
+    # where the wrapper waits is the culprits' place (their ranks have no stack of their own)
+    return replace(verdict, summary=summary, evidence=(*lines, *verdict.evidence),
+                   sites=verdict.sites or (sites if not (theirs or unlabelled) else ()))
+
+
+_NOT_STARTED_YET = ("not started yet (a step before python that has not ended: staging data, a "
+                    "container, an install)")
+
+
+def _task_nodes(snapshot: Snapshot) -> list[Node]:
+    """Nodes that answered with no rank and no launcher, only their step's tasks (the
+    collector's role "task": a wrapper's shell and what it runs)."""
+    return [n for n in snapshot.nodes if n.status == NodeStatus.OK and not n.ranks
+            and any(p.role == "task" for p in n.other_processes)
+            and not any(p.role == "agent" for p in n.other_processes)]
+
+
+def _task_places(nodes: Sequence[Node]) -> tuple[list[str], list[str], tuple[str, ...]]:
+    """For each node of _task_nodes: what its tasks run ("node002 runs `sleep 3600` at
+    run.sh:9"), the tasks as evidence lines, and the script lines they wait at (sites)."""
+    places: list[str] = []
+    lines: list[str] = []
+    sites: list[str] = []
+    for node in nodes:
+        tasks = [p for p in node.other_processes if p.role == "task"]
+        doing = next((p for p in reversed(tasks)
+                      if p.cmdline and p.cmdline[0].rsplit("/", 1)[-1] not in _SHELLS), tasks[-1])
+        command = " ".join(doing.cmdline)[:120] or f"pid {doing.pid}"
+        at = next((p.script_line for p in tasks if p.script_line), None)
+        places.append(f"{node.name} runs `{command}`" + (f" (at {at})" if at else ""))
+        if at:
+            sites.append(at)
+        lines.extend(f"{node.name}: task pid {p.pid} ({p.state or '?'}): "
+                     f"{' '.join(p.cmdline)[:160]}" for p in tasks[:6])
+    return places, lines, _unique(sites)
 
 
 def _missing(
@@ -2743,12 +2774,20 @@ def _launchers_waiting(
     if silent:
         evidence.append(f"no launcher in a rendezvous on {compress_hostlist(silent)}")
     why = "for nodes that never join"
+    # nodes whose step runs only a wrapper's tasks: their launcher is not started yet
+    unstarted = [n for n in _task_nodes(snapshot) if n.name in silent]
+    places, lines, sites = _task_places(unstarted)
+    evidence.extend(lines)
     asked = {_nnodes(proc.cmdline) for _, proc, _ in waiting}
     job_nodes = len(snapshot.job.nodes) or len(snapshot.nodes)
     only = next(iter(asked)) if len(asked) == 1 else None  # every agent the same --nnodes
     if only is not None and only[0] > job_nodes:
         why = (f"for {only[0]} nodes (their --nnodes={only[1]}) in a job of {job_nodes}: "
                f"{only[0] - job_nodes} of them can never join")
+    if unstarted:
+        why += (f"; no launcher runs on {compress_hostlist([n.name for n in unstarted])}: "
+                f"{', '.join(places)} in the job's step, its launcher most likely "
+                f"{_NOT_STARTED_YET}")
     return Verdict(
         kind=VerdictKind.NO_RANKS,
         severity="critical",
@@ -2757,9 +2796,10 @@ def _launchers_waiting(
             f"rendezvous ({frame.function} at {frame.file}:{frame.line}) {why}"
         ),
         culprit_ranks=(),
-        sites=(f"{frame.file}:{frame.line}",),
+        # where the missing nodes' wrappers wait first: that is what holds the others
+        sites=_unique((*sites, f"{frame.file}:{frame.line}")),
         evidence=tuple(evidence),
-        next_step=NEXT_STEPS["launcher_rendezvous"],
+        next_step=NEXT_STEPS["launcher_not_started" if unstarted else "launcher_rendezvous"],
     )
 
 

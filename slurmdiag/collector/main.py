@@ -32,6 +32,7 @@ from .gpus import collect_gpus
 from .nics import collect_nics
 from .options import ArgsError, read_options
 from .procfs import _read, allowed_env, read_stat, read_tracer
+from .shells import shell_line
 from .sockets import connection_list, recent_activity, socket_inode, tcp_sockets
 from .stacks import (
     _in_dataloader_loop,
@@ -248,6 +249,29 @@ def mark_tasks(procs):
         p["role"] = "task"
 
 
+def _script_lines(procs, entries):
+    """A shell task's ``script_line``: where in its script it runs the command it waits for
+    (a wrapper still staging data before python: collector/shells.py)."""
+    tasks = [e for e in entries if e["role"] == "task"]
+    if not tasks:
+        return
+    children = {}  # type: dict
+    for p in procs.values():
+        children.setdefault(p["stat"]["ppid"], []).append(p["pid"])
+
+    def children_of(pid):
+        # the kernel's list (a child the discovery did not keep too), else the walk's
+        listed = _read(f"/proc/{pid}/task/{pid}/children")
+        if listed is not None:
+            return [int(w) for w in listed.split() if w.isdigit()]
+        return sorted(children.get(pid, ()))
+
+    for entry in tasks:
+        found = shell_line(entry["pid"], entry["cmdline"], children_of)
+        if found:
+            entry["script_line"] = found
+
+
 #: The most processes ``via`` lists between a rank and its descendant (a shell that runs a shell).
 MAX_VIA = 8
 
@@ -328,6 +352,7 @@ def describe_processes(run):
             unsampled.add(info["pid"])
             entry["errors"].append("not a Python process: no stack samples")
     run.doc["processes"] = run.entries = entries
+    _script_lines(procs, entries)
     run.kept = kept
     run.ranks = [e for e in entries if e["role"] == "rank"]
     run.workers = [

@@ -106,3 +106,59 @@ def test_tasks_are_kept_only_where_no_rank_or_launcher_runs() -> None:
     mark_tasks(many)
     kept = [p["pid"] for p in many.values() if p["role"] == "task"]
     assert len(kept) == MAX_TASKS and kept[:2] == [2, 3]
+
+
+# ---------------------------------------------------------------- the wrapper's line
+
+RDZV = "torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1171"
+
+
+def test_the_line_a_wrapper_waits_at_is_the_missing_ranks_site() -> None:
+    # GIVEN staging_stalled's look by a collector that reads a shell task's script line
+    verdict = diagnose(recorded("staging_stalled.samples1")).verdicts[0]
+    # THEN the site is the wrapper's copy step (its sleep, line 9), named in the summary too
+    assert verdict.culprit_ranks == (2, 3)
+    assert verdict.sites == ("/work/main/tests/scenarios/run_with_staging.sh:9",)
+    assert "node002 runs `sleep 3600` (at /work/main/tests/scenarios/run_with_staging.sh:9)" in (
+        verdict.summary)
+    # AND a look by a collector before it (no script line) has no site, as before
+    assert diagnose(recorded("staging_stalled.default")).verdicts[0].sites == ()
+
+
+def test_a_wrappers_line_is_not_the_site_of_ranks_that_crashed() -> None:
+    # GIVEN the same look with the culprits' crash in the log (the wrapper is past python)
+    snapshot = recorded("staging_stalled.samples1")
+    crashed = replace(snapshot, log_findings=(*snapshot.log_findings, LogFinding(
+        source="job.out", line_no=9, kind="traceback", rank=2, text="RuntimeError: bad shard")))
+    verdict = diagnose(crashed).verdicts[0]
+    # THEN the wrapper's line is not where they failed
+    assert verdict.sites == () and "their crash" in verdict.summary
+
+
+def test_a_node_whose_launcher_never_started_is_named_with_its_wrappers_line() -> None:
+    # GIVEN torchrun_node_staging (recorded): node001's torchrun agent waits in the c10d
+    # rendezvous for a second node; node002's wrapper still sleeps in its staging, its agent
+    # never started; no rank exists anywhere
+    verdict = diagnose(recorded("torchrun_node_staging.default")).verdicts[0]
+    # THEN node002 is named with what it runs, the wrapper's line first among the sites
+    assert verdict.kind == "no_ranks" and verdict.severity == "critical"
+    assert "the launchers on node001 wait in their rendezvous" in verdict.summary
+    assert "no launcher runs on node002: node002 runs `sleep 3600` (at " in verdict.summary
+    assert verdict.sites[0] == "/work/main/tests/scenarios/run_with_staging.sh:9"
+    assert verdict.sites[1].endswith(RDZV)
+    assert verdict.next_step and "never started their launcher" in verdict.next_step
+    assert any(e.startswith("node002: task pid") for e in verdict.evidence)
+
+
+def test_launchers_waiting_for_a_node_that_holds_nothing_keep_the_rendezvous_reading() -> None:
+    # GIVEN the liar: the same look with node002 holding no process of the job (its task
+    # gone, or a node the launch left out): nothing there to name
+    snapshot = recorded("torchrun_node_staging.default")
+    empty = replace(snapshot, nodes=tuple(
+        replace(n, other_processes=()) if n.name == "node002" else n for n in snapshot.nodes))
+    verdict = diagnose(empty).verdicts[0]
+    # THEN the launchers wait "for nodes that never join", with the rendezvous' next step
+    assert verdict.kind == "no_ranks" and "no launcher runs on" not in verdict.summary
+    assert verdict.summary.endswith("for nodes that never join")
+    assert len(verdict.sites) == 1 and verdict.sites[0].endswith(RDZV)
+    assert verdict.next_step and "--rdzv-endpoint" in verdict.next_step
