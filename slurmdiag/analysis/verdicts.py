@@ -2785,9 +2785,18 @@ def _launchers_waiting(
         why = (f"for {only[0]} nodes (their --nnodes={only[1]}) in a job of {job_nodes}: "
                f"{only[0] - job_nodes} of them can never join")
     if unstarted:
-        why += (f"; no launcher runs on {compress_hostlist([n.name for n in unstarted])}: "
-                f"{', '.join(places)} in the job's step, its launcher most likely "
-                f"{_NOT_STARTED_YET}")
+        there = compress_hostlist([n.name for n in unstarted])
+        why += f"; no launcher runs on {there}: {', '.join(places)} in the job's step"
+        crashed = [f for f in snapshot.log_findings if f.kind == "traceback"]
+        if crashed:
+            # a launcher that started and failed, its wrapper in a step after it, looks the
+            # same: both readings, the log's line named
+            why += (f". The job's log holds a traceback ({crashed[0].text[:120]}): if it is "
+                    f"the launcher's on {there}, it started and failed, and a step of its "
+                    f"wrapper after it keeps the task alive; if not, it is most likely "
+                    f"{_NOT_STARTED_YET}")
+        else:
+            why += f", its launcher most likely {_NOT_STARTED_YET}"
     return Verdict(
         kind=VerdictKind.NO_RANKS,
         severity="critical",

@@ -162,3 +162,20 @@ def test_launchers_waiting_for_a_node_that_holds_nothing_keep_the_rendezvous_rea
     assert verdict.summary.endswith("for nodes that never join")
     assert len(verdict.sites) == 1 and verdict.sites[0].endswith(RDZV)
     assert verdict.next_step and "--rdzv-endpoint" in verdict.next_step
+
+
+def test_a_traceback_in_the_log_leaves_a_failed_launcher_one_of_two_readings() -> None:
+    # GIVEN the liar of "its launcher most likely not started": the same look, the job's log
+    # holding a traceback (node002's agent may have failed at its start, its wrapper then in
+    # a step after it)
+    snapshot = recorded("torchrun_node_staging.default")
+    assert not any(f.kind == "traceback" for f in snapshot.log_findings)
+    failed = replace(snapshot, log_findings=(*snapshot.log_findings, LogFinding(
+        source="job.out", line_no=40, kind="traceback",
+        text="ValueError: The rendezvous endpoint has an invalid port")))
+    summary = diagnose(failed).verdicts[0].summary
+    # THEN both readings are said, the traceback with them; node002 is still named
+    assert "no launcher runs on node002" in summary
+    assert "if it is the launcher's on node002, it started and failed" in summary
+    assert "ValueError: The rendezvous endpoint" in summary
+    assert "if not, it is most likely not started yet" in summary
