@@ -161,14 +161,14 @@ def set_apart_note(snapshot: Snapshot) -> str | None:
     if not found:
         return None
     steps = sorted({p.step_id or "?" for p in found})
-    programs = sorted({_program(p.cmdline) for p in found})
+    programs = sorted({program_of(p.cmdline) for p in found})
     return (f"{len(found)} process(es) of the job claimed ranks and showed none of a "
             f"torch.distributed rank's signs beside processes that do (step(s) "
             f"{', '.join(steps)}: {', '.join(programs)}): not taken for ranks (listed with the "
             "nodes' other processes)")
 
 
-def _program(cmdline: tuple[str, ...]) -> str:
+def program_of(cmdline: tuple[str, ...]) -> str:
     """The script or module a command line runs, else its command."""
     args = list(cmdline)
     for i, arg in enumerate(args[1:], 1):

@@ -76,7 +76,7 @@ from slurmdiag.analysis.stacks import (
     program_ended,
     waits_for_a_signal,
 )
-from slurmdiag.analysis.steps import one_world, set_apart_note, worlds
+from slurmdiag.analysis.steps import one_world, program_of, set_apart_note, worlds
 from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.snapshot import (
     BlockedCall,
@@ -184,6 +184,13 @@ STARTUP_OPS = frozenset(
     {"init_process_group", "rendezvous", "_store_based_barrier", "new_group", "init_device_mesh"}
 )
 STRAGGLER_STEPS = {
+    "before_training": (
+        "the ranks named run another program than the others: most likely a step of their "
+        "wrapper before the training (staging data, waiting for a download or a copy) that has "
+        "not ended, while the others wait for them in init_process_group; see what that step "
+        "waits for on their node, and bound it (a timeout that fails the task) rather than let "
+        "the whole job wait until the rendezvous times out"
+    ),
     "gil": (
         "the thread named holds the GIL inside a call that blocks (a C extension that does not "
         "release it, ctypes.PyDLL): `py-spy dump --native --pid PID` shows its C frames; release "
@@ -1763,6 +1770,9 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         step = "connect"
     if any(_debugger(s) for s in blocked):
         step = "debugger"
+    before = _before_training(blocked, waiting)
+    if before:
+        step = "before_training"
     ranks = [s.rank for s in blocked]
     groups = _group_by(blocked, lambda s: (s.kind, s.site))
     places = "; ".join(
@@ -1772,6 +1782,12 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
     verb = _verb(ranks, "is", "are")
     tail = f" while {_waiting_phrase(waiting)}" if waiting else ", outside any collective"
     summary = f"{_ranks_label(ranks)} {verb} {places}{tail}"
+    if before:
+        theirs, others = before
+        summary += (f": {_ranks_label(ranks)} run{'s' if len(ranks) == 1 else ''} {theirs}, "
+                    f"not {others} as the waiting ranks do, so most likely "
+                    f"{_verb(ranks, 'its', 'their')} training has not started yet (a step "
+                    "before it that has not ended: staging data, a download)")
     evidence = [_proc_evidence(s) for s in blocked[:8]]
     evidence.extend(line for s in blocked[:4] for line in _call_evidence(s))
     evidence.extend(line for s in blocked[:4] if (line := _holder_evidence(s)))
@@ -1786,6 +1802,26 @@ def _straggler(blocked: list[_Status], waiting: list[_Status], severity: str) ->
         evidence=tuple(evidence),
         next_step=STRAGGLER_STEPS.get(step, STRAGGLER_STEPS["blocked"]),
     )
+
+
+def _before_training(blocked: list[_Status], waiting: list[_Status]) -> tuple[str, str] | None:
+    """(the blocked ranks' programs, the waiting ranks') when the waiting ranks all wait in the
+    world's start (init_process_group) and every blocked rank runs another program than all of
+    them, with no frame of torch.distributed on any of its stacks: a wrapper's step before the
+    training, in Python, holding the task's Slurm identity (staging_python_stalled). What would
+    make this lie: a job of several programs (srun --multi-prog, a coordinator beside its
+    workers) whose other program is stuck before its own init_process_group: the same words,
+    hedged ("most likely"), the culprits and their line the same."""
+    if not waiting or not all(s.status == "waiting" and s.op in STARTUP_OPS for s in waiting):
+        return None
+    mine = {program_of(s.digest.proc.cmdline) for s in blocked}
+    others = {program_of(s.digest.proc.cmdline) for s in waiting}
+    if mine & others or "?" in mine | others:
+        return None
+    if any("torch/distributed/" in f.file for s in blocked for x in s.digest.proc.samples
+           for t in x.threads for f in t.frames):
+        return None
+    return ", ".join(sorted(mine)), ", ".join(sorted(others))
 
 
 def _dead_threads(blocked: list[_Status], findings: Sequence[LogFinding]) -> list[LogFinding]:

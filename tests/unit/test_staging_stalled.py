@@ -12,7 +12,7 @@ from snapfactory import recorded
 
 from slurmdiag.analysis import diagnose
 from slurmdiag.collector.main import MAX_TASKS, mark_tasks
-from slurmdiag.snapshot import LogFinding
+from slurmdiag.snapshot import Frame, LogFinding
 
 
 def test_a_node_without_ranks_says_what_its_tasks_run() -> None:
@@ -179,3 +179,45 @@ def test_a_traceback_in_the_log_leaves_a_failed_launcher_one_of_two_readings() -
     assert "if it is the launcher's on node002, it started and failed" in summary
     assert "ValueError: The rendezvous endpoint" in summary
     assert "if not, it is most likely not started yet" in summary
+
+
+# ---------------------------------------------------------------- a staging step in Python
+
+def test_ranks_that_run_another_program_before_the_training_are_said_not_started() -> None:
+    # GIVEN staging_python_stalled (recorded): node002's tasks run the wrapper's staging step
+    # _stage_dataset.py, polling for a marker file with the tasks' SLURM_PROCID 2 and 3, while
+    # ranks 0-1 (staging_stalled.py) wait in init_process_group
+    verdict = diagnose(recorded("staging_python_stalled.default")).verdicts[0]
+    # THEN 2-3 are the culprits at the staging line, said to run another program
+    assert verdict.kind == "straggler" and verdict.culprit_ranks == (2, 3)
+    assert verdict.sites[0].endswith("tests/scenarios/_stage_dataset.py:14")
+    assert ("ranks 2-3 run _stage_dataset.py, not staging_stalled.py as the waiting ranks do, "
+            "so most likely their training has not started yet") in verdict.summary
+    assert verdict.next_step and verdict.next_step.startswith(
+        "the ranks named run another program than the others")
+
+
+def _culprits_changed(snapshot, change):  # type: ignore[no-untyped-def]
+    return replace(snapshot, nodes=tuple(
+        replace(n, ranks=tuple(change(r) if r.rank in (2, 3) else r for r in n.ranks))
+        for n in snapshot.nodes))
+
+
+def test_a_rank_of_the_same_program_or_with_torch_distributed_frames_is_a_plain_straggler() -> None:
+    snapshot = recorded("staging_python_stalled.default")
+    waiting_cmdline = next(r.cmdline for n in snapshot.nodes for r in n.ranks if r.rank == 0)
+    # GIVEN the liars: the sleeping ranks run the waiting ranks' program (a rank that sleeps
+    # before its init_process_group), or have a frame of torch.distributed (a program of an
+    # MPMD job, stuck in its own start)
+    same = _culprits_changed(snapshot, lambda r: replace(r, cmdline=waiting_cmdline))
+    torn = Frame(function="init_process_group", line=1,
+                 file="/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py")
+    with_torch = _culprits_changed(snapshot, lambda r: replace(r, samples=tuple(
+        replace(x, threads=tuple(replace(t, frames=(*t.frames, torn)) for t in x.threads))
+        for x in r.samples)))
+    for liar in (same, with_torch):
+        verdict = diagnose(liar).verdicts[0]
+        # THEN they stay sleeping stragglers without the other-program reading
+        assert verdict.culprit_ranks == (2, 3)
+        assert "training has not started" not in verdict.summary
+        assert verdict.next_step and "another program" not in verdict.next_step
