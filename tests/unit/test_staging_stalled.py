@@ -54,15 +54,21 @@ def test_a_wrapper_that_outlives_its_crashed_ranks_is_not_read_as_staging_alone(
     assert "most likely not started yet" in summary and "crash" not in summary
 
 
+def summary_with_traceback(name: str, text: str) -> str:
+    """The first verdict's summary of recording ``name`` with a traceback of no rank added to
+    its job log (the recording has none)."""
+    snapshot = recorded(name)
+    assert not any(f.kind == "traceback" for f in snapshot.log_findings)
+    noted = replace(snapshot, log_findings=(*snapshot.log_findings, LogFinding(
+        source="job.out", line_no=3, kind="traceback", text=text)))
+    return diagnose(noted).verdicts[0].summary
+
+
 def test_a_handled_traceback_in_the_log_leaves_staging_one_of_two_readings() -> None:
     # GIVEN staging_stalled's look, its log holding a traceback of no rank (a library's
     # warning logged with its traceback by a rank that goes on)
-    snapshot = recorded("staging_stalled.default")
-    assert not any(f.kind == "traceback" for f in snapshot.log_findings)
-    noted = replace(snapshot, log_findings=(*snapshot.log_findings, LogFinding(
-        source="job.out", line_no=3, kind="traceback",
-        text="ConnectionError: tracker unreachable, running offline")))
-    summary = diagnose(noted).verdicts[0].summary
+    summary = summary_with_traceback("staging_stalled.default",
+                                     "ConnectionError: tracker unreachable, running offline")
     # THEN the staging reading is kept, beside the crash it could also be
     assert "if not, they were most likely not started yet" in summary
     assert "ConnectionError: tracker unreachable" in summary
@@ -168,12 +174,8 @@ def test_a_traceback_in_the_log_leaves_a_failed_launcher_one_of_two_readings() -
     # GIVEN the liar of "its launcher most likely not started": the same look, the job's log
     # holding a traceback (node002's agent may have failed at its start, its wrapper then in
     # a step after it)
-    snapshot = recorded("torchrun_node_staging.default")
-    assert not any(f.kind == "traceback" for f in snapshot.log_findings)
-    failed = replace(snapshot, log_findings=(*snapshot.log_findings, LogFinding(
-        source="job.out", line_no=40, kind="traceback",
-        text="ValueError: The rendezvous endpoint has an invalid port")))
-    summary = diagnose(failed).verdicts[0].summary
+    summary = summary_with_traceback("torchrun_node_staging.default",
+                                     "ValueError: The rendezvous endpoint has an invalid port")
     # THEN both readings are said, the traceback with them; node002 is still named
     assert "no launcher runs on node002" in summary
     assert "if it is the launcher's on node002, it started and failed" in summary
