@@ -76,9 +76,33 @@ def command_line(text, command):
     return found[0] if len(found) == 1 else None
 
 
+def _open_script(pid, script):
+    """(the path to read, the script's absolute path) through the descriptor the shell keeps
+    on its script (bash keeps one, 255 and down): right after a ``cd`` and across mount namespaces;
+    None when no descriptor of the shell names a file of that name."""
+    name = "/" + _base(script)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in sorted(fds, key=lambda f: -int(f) if f.isdigit() else 0):  # the highest first
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(name) and (not script.startswith("/") or target == script):
+            return f"/proc/{pid}/fd/{fd}", target
+    return None
+
+
 def _read_script(pid, script):
-    """The text of a shell's script as the shell sees it (its root, its working directory)."""
-    path = f"/proc/{pid}/root{script}" if script.startswith("/") else f"/proc/{pid}/cwd/{script}"
+    """The text of a shell's script as the shell sees it (its descriptor on it, else its root
+    and working directory), and its absolute path when known."""
+    opened = _open_script(pid, script)
+    if opened is not None:
+        path, script = opened
+    else:
+        path = f"/proc/{pid}/root{script}" if script.startswith("/") else f"/proc/{pid}/cwd/{script}"
     try:
         info = os.stat(path)
     except OSError:
@@ -86,7 +110,8 @@ def _read_script(pid, script):
     # a regular file only: a FIFO or a device (bash <(...), /dev/stdin) would block the read
     if info.st_mode & _S_IFMT != _S_IFREG or info.st_size > MAX_SCRIPT_BYTES:
         return None
-    return _read(path)
+    text = _read(path)
+    return None if text is None else (text, script)
 
 
 def shell_line(pid, cmdline, children_of):
@@ -109,9 +134,10 @@ def shell_line(pid, cmdline, children_of):
         below = inner
     if not command:
         return None
-    text = _read_script(pid, script)
-    if text is None:
+    read = _read_script(pid, script)
+    if read is None:
         return None
+    text, script = read
     line = command_line(text, command)
     if line is None:
         return None

@@ -81,6 +81,19 @@ def test_a_wrapper_is_found_at_its_commands_line_through_its_subshell(tmp_path, 
     assert shell_line(pid, cmdline(pid), lambda p: children(p)[::-1]) == f"{tmp_path}/stage.sh:9"
 
 
+def test_a_wrapper_that_changed_its_directory_is_read_through_its_descriptor(tmp_path, procs):
+    # GIVEN bash started on a relative path that moves to another directory before it waits,
+    # that directory holding another script of the same name with the same command elsewhere
+    (tmp_path / "stage.sh").write_text("#!/bin/bash\ncd elsewhere\n\nsleep 3600\n")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "stage.sh").write_text("sleep 3600\n")
+    procs.append(started(Path("stage.sh"), cwd=tmp_path))
+    pid = procs[-1].pid
+    assert os.readlink(f"/proc/{pid}/cwd") == str(tmp_path / "elsewhere")
+    # THEN the script read is the one the shell runs (its descriptor on it), at its line 4
+    assert shell_line(pid, cmdline(pid), children) == f"{tmp_path}/stage.sh:4"
+
+
 def test_a_shell_without_a_child_or_a_script_names_no_line(tmp_path, procs):
     # GIVEN bash in a builtin (read from a pipe nobody writes: no child), and bash -c
     script = tmp_path / "wait.sh"
