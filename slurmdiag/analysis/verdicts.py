@@ -174,6 +174,11 @@ NEXT_STEPS = {
         "wrapper time out or fail rather than wait; the other nodes' launchers wait for them in "
         "the rendezvous until --rdzv-conf join_timeout (900 s)"
     ),
+    "staging_works": (
+        "the wrapper's step before the training still works: look again in a few minutes; if "
+        "it is still there, see what it copies or fetches on that node (its progress, the "
+        "storage it reads) and bound it with a timeout that fails the task"
+    ),
     "incomplete": (
         "look at the failed nodes' messages; attach again with a longer --timeout, or check the "
         "nodes directly (scontrol show node, ssh): a node that cannot answer may be the culprit"
@@ -2679,8 +2684,46 @@ def _not_started_there(snapshot: Snapshot, verdict: Verdict) -> Verdict:
         summary = (f"{verdict.summary.replace('no process (exited or crashed)', 'no process')}"
                    f"; {where}, its ranks most likely {before}")
     # where the wrapper waits is the culprits' place (their ranks have no stack of their own)
-    return replace(verdict, summary=summary, evidence=(*lines, *verdict.evidence),
-                   sites=verdict.sites or (sites if not (theirs or unlabelled) else ()))
+    verdict = replace(verdict, summary=summary, evidence=(*lines, *verdict.evidence),
+                      sites=verdict.sites or (sites if not (theirs or unlabelled) else ()))
+    working = _tasks_working(nodes)
+    if working and not (theirs or unlabelled):
+        return _staging_works(verdict, working)
+    return verdict
+
+
+def _tasks_working(nodes: Sequence[Node]) -> list[str]:
+    """What the wrapper's tasks on these nodes do while they run: each task that uses CPU
+    (WORKING_CPU) or reads and writes files at CHILD_IO_RATE or more over the look (a copy, a
+    download, an unpack). Empty when every task waits (a sleep, a stalled read)."""
+    found = []
+    for node in nodes:
+        for p in node.other_processes:
+            if p.role != "task":
+                continue
+            cpu = (p.cpu_percent or 0.0) / 100
+            rate = p.io_rate or 0
+            if cpu >= WORKING_CPU or rate >= CHILD_IO_RATE:
+                name = p.cmdline[0].rsplit("/", 1)[-1] if p.cmdline else f"pid {p.pid}"
+                found.append(f"{node.name}'s `{name}` at {cpu:.0%} CPU, "
+                             f"{rate / (1 << 20):.1f} MiB/s of file I/O")
+    return found
+
+
+def _staging_works(verdict: Verdict, working: list[str]) -> Verdict:
+    """A hang verdict about a wrapper's step before its ranks (or launcher) start, told that
+    the step still works (healthy_slow_staging: a copy throttled to 1 MB/s): a slow start or a
+    hang, cannot tell (info), what works named. What would make this lie: a step that works
+    for ever (a download retried in a loop at full speed): "cannot tell" on a hang, the nodes
+    and the line still named."""
+    return replace(
+        verdict,
+        kind=VerdictKind.SLOW_STEP,
+        severity="info",
+        summary=(f"a slow start or a hang, cannot tell: {verdict.summary}; but the step still "
+                 f"works ({'; '.join(working[:3])})"),
+        next_step=NEXT_STEPS["staging_works"],
+    )
 
 
 _NOT_STARTED_YET = ("not started yet (a step before python that has not ended: staging data, a "
@@ -2820,10 +2863,10 @@ def _launchers_waiting(
     if only is not None and only[0] > job_nodes:
         why = (f"for {only[0]} nodes (their --nnodes={only[1]}) in a job of {job_nodes}: "
                f"{only[0] - job_nodes} of them can never join")
+    crashed = [f for f in snapshot.log_findings if f.kind == "traceback"]
     if unstarted:
         there = compress_hostlist([n.name for n in unstarted])
         why += f"; no launcher runs on {there}: {', '.join(places)} in the job's step"
-        crashed = [f for f in snapshot.log_findings if f.kind == "traceback"]
         if crashed:
             # a launcher that started and failed, its wrapper in a step after it, looks the
             # same: both readings, the log's line named
@@ -2833,7 +2876,7 @@ def _launchers_waiting(
                     f"{_NOT_STARTED_YET}")
         else:
             why += f", its launcher most likely {_NOT_STARTED_YET}"
-    return Verdict(
+    verdict = Verdict(
         kind=VerdictKind.NO_RANKS,
         severity="critical",
         summary=(
@@ -2846,6 +2889,8 @@ def _launchers_waiting(
         evidence=tuple(evidence),
         next_step=NEXT_STEPS["launcher_not_started" if unstarted else "launcher_rendezvous"],
     )
+    working = [] if crashed else _tasks_working(unstarted)
+    return _staging_works(verdict, working) if working else verdict
 
 
 def _all_waiting(waiting: list[_Status], severity: str, kind_note: str) -> Verdict:

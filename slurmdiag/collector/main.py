@@ -161,6 +161,7 @@ def collect(options, clock, doc, status):
     request_flight_recorder(run)
     _enter_phase(status, "py-spy sampling")
     sample_stacks(run)
+    watch_tasks(run)
     _enter_phase(status, "process state")
     read_process_state(run)
     _enter_phase(status, "strace")
@@ -341,7 +342,7 @@ def describe_processes(run):
             info["stat"]["ticks"],
             info["stat"]["starttime"],
         )
-        if role == "child":  # a copy tool writing files works with no CPU: its I/O counters
+        if role in ("child", "task"):  # a copy tool works with little CPU: its I/O counters
             run.child_io[info["pid"]] = _io_counters(f"/proc/{info['pid']}/io")
         if info["rank_pid"]:
             entry["via"] = _via(procs, info)
@@ -822,15 +823,29 @@ def _active(mine, within):
 CHILD_IO_WINDOW_S = 0.5
 
 
+def watch_tasks(run):
+    """On a node with no rank, only its step's tasks, nothing else gives the look any length:
+    wait out CHILD_IO_WINDOW_S from their discovery, so their CPU and file I/O are read over a
+    window (a wrapper's staging that copies is told from one that waits). Costs that much only
+    on such a node."""
+    if run.ranks or not any(e["role"] == "task" for e in run.entries):
+        return
+    begun = min(run.window_start[e["pid"]][0] for e in run.entries if e["role"] == "task")
+    wait = min(CHILD_IO_WINDOW_S + 0.05 - (time.monotonic() - begun), run.clock.left() - 1.0)
+    if wait > 0:
+        time.sleep(wait)
+
+
 def read_children_io(run):
-    """Each child's characters read and written per second (files and pipes, not sockets:
-    /proc/PID/io) from its discovery to now, after strace's window when it ran: a copy tool
-    writing a checkpoint works with little CPU (rank0_copy_tool_barrier)."""
+    """Each child's and task's characters read and written per second (files and pipes, not
+    sockets: /proc/PID/io) from its discovery to now, after strace's window when it ran: a copy
+    tool writing a checkpoint works with little CPU (rank0_copy_tool_barrier), and so does a
+    wrapper's staging copy before its node's ranks start."""
     now = time.monotonic()
     for entry in run.entries:
         first = run.child_io.get(entry["pid"])
         window = now - run.window_start[entry["pid"]][0]
-        if entry["role"] != "child" or not first or window < CHILD_IO_WINDOW_S:
+        if entry["role"] not in ("child", "task") or not first or window < CHILD_IO_WINDOW_S:
             continue
         last = _io_counters(f"/proc/{entry['pid']}/io")
         if last:

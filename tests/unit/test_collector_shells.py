@@ -162,3 +162,29 @@ def test_the_line_is_chosen_by_the_commands_name_and_arguments():
 ])
 def test_the_script_a_shell_runs_is_read_from_its_command_line(argv, script):
     assert script_of(argv) == script
+
+
+def test_a_node_of_tasks_alone_is_watched_long_enough_to_read_their_work():
+    # GIVEN a node's look with no rank, only its step's tasks, just discovered; and one with a rank
+    from types import SimpleNamespace
+
+    from slurmdiag.collector.main import CHILD_IO_WINDOW_S, watch_tasks
+
+    clock = SimpleNamespace(left=lambda: 60.0)
+    now = time.monotonic()
+    tasks = SimpleNamespace(ranks=[], entries=[{"pid": 1, "role": "task"}],
+                            window_start={1: (now, 0, 0)}, clock=clock)
+    ranked = SimpleNamespace(ranks=[{"pid": 2}], entries=[{"pid": 2, "role": "rank"},
+                                                         {"pid": 1, "role": "task"}],
+                             window_start={1: (now, 0, 0), 2: (now, 0, 0)}, clock=clock)
+    # THEN the first waits out the window over which CPU and file I/O are read; the second not
+    watch_tasks(ranked)
+    assert time.monotonic() - now < CHILD_IO_WINDOW_S / 2
+    watch_tasks(tasks)
+    assert time.monotonic() - now >= CHILD_IO_WINDOW_S
+    # AND never past the collector's deadline
+    late = SimpleNamespace(**{**vars(tasks), "clock": SimpleNamespace(left=lambda: 1.0)},)
+    late.window_start = {1: (time.monotonic(), 0, 0)}
+    started_at = time.monotonic()
+    watch_tasks(late)
+    assert time.monotonic() - started_at < 0.1

@@ -507,8 +507,10 @@ def test_a_childs_connection_that_carries_data_is_read_as_moving(tmp_path: Path)
             process.wait()
 
 
-def test_a_childs_file_io_rate_is_read_over_the_collection(tmp_path: Path) -> None:
-    # GIVEN two children of a rank: one writing a file (~4 MB/s), one asleep
+@pytest.mark.parametrize("role", ["child", "task"])
+def test_a_childs_file_io_rate_is_read_over_the_collection(tmp_path: Path, role: str) -> None:
+    # GIVEN two children of a rank (or two tasks of a node without ranks: a wrapper's staging
+    # copy): one writing a file (~4 MB/s), one asleep
     from types import SimpleNamespace
 
     from slurmdiag.collector.main import read_children_io
@@ -522,7 +524,7 @@ def test_a_childs_file_io_rate_is_read_over_the_collection(tmp_path: Path) -> No
         time.sleep(0.3)
         start = time.monotonic()
         run = SimpleNamespace(
-            entries=[{"pid": writer.pid, "role": "child"}, {"pid": sleeper.pid, "role": "child"},
+            entries=[{"pid": writer.pid, "role": role}, {"pid": sleeper.pid, "role": role},
                      {"pid": os.getpid(), "role": "rank"}],
             window_start={p: (start, 0, 0) for p in (writer.pid, sleeper.pid, os.getpid())},
             child_io={p: _io_counters(f"/proc/{p}/io") for p in (writer.pid, sleeper.pid)})

@@ -223,3 +223,35 @@ def test_a_rank_of_the_same_program_or_with_torch_distributed_frames_is_a_plain_
         assert verdict.culprit_ranks == (2, 3)
         assert "training has not started" not in verdict.summary
         assert verdict.next_step and "another program" not in verdict.next_step
+
+
+# ---------------------------------------------------------------- a staging step that works
+
+def _tasks_at(snapshot, cpu_percent: float, io_rate: int):  # type: ignore[no-untyped-def]
+    """The recording with node002's task processes at that CPU share and file I/O rate."""
+    return replace(snapshot, nodes=tuple(
+        replace(n, other_processes=tuple(
+            replace(p, cpu_percent=cpu_percent, io_rate=io_rate) if p.role == "task" else p
+            for p in n.other_processes)) if n.name == "node002" else n
+        for n in snapshot.nodes))
+
+
+def test_a_staging_step_that_still_copies_is_a_slow_start_or_a_hang() -> None:
+    # GIVEN staging_stalled's and torchrun_node_staging's looks with node002's tasks copying
+    # (a copy throttled to 1 MiB/s, little CPU), as a slow but working staging does
+    for name in ("staging_stalled.samples1", "torchrun_node_staging.default"):
+        verdict = diagnose(_tasks_at(recorded(name), 0.5, 1 << 20)).verdicts[0]
+        # THEN "cannot tell" (info), what works named, the node and the line kept
+        assert verdict.kind == "slow_step" and verdict.severity == "info", name
+        assert verdict.summary.startswith("a slow start or a hang, cannot tell: ")
+        assert "node002's `sleep` at 0% CPU, 1.0 MiB/s of file I/O" in verdict.summary
+        assert verdict.sites[0] == "/work/main/tests/scenarios/run_with_staging.sh:9"
+        assert verdict.next_step and "still works" in verdict.next_step
+
+
+def test_a_staging_step_that_only_polls_stays_a_hang() -> None:
+    # GIVEN the liar: the tasks polling (a sleep loop: a line of log a second, no CPU to speak of)
+    for name in ("staging_stalled.samples1", "torchrun_node_staging.default"):
+        verdict = diagnose(_tasks_at(recorded(name), 0.3, 2048)).verdicts[0]
+        # THEN the hang verdict stands
+        assert verdict.severity == "critical" and verdict.kind in ("missing_rank", "no_ranks")
