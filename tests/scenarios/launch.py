@@ -383,11 +383,13 @@ class ScenarioRun:
         deadline = time.monotonic() + timeout
         # ranks whose process the job never starts (run_with_staging.sh) never report
         world_size = int(self.truth["world_size"]) - len(self.truth.get("unstarted_ranks", ()))
+        # the look taken while the other ranks are not started yet (healthy_slow_staging)
+        early = set(self.truth.get("ready_ranks", ()))
         # a job that starts no rank (torchrun_node_staging) is ready when its log says so
         pattern = re.compile(self.truth["ready_pattern"]) if self.truth.get("ready_pattern") else None
         while True:
             records = self.rank_records()
-            if len(records) == world_size and not any(
+            if (early <= set(records) if early else len(records) == world_size) and not any(
                 _process_alive(r) for r in records.values() if r.get("role") == "dead"
             ) and (pattern is None or pattern.search(self.output())):
                 time.sleep(_READY_GRACE_SECONDS)

@@ -75,6 +75,8 @@ def test_truth_is_well_formed(name):
     assert set(truth.get("unstarted_ranks", [])) <= culprits
     assert culprits <= ranks and waiting <= ranks and not culprits & waiting
     assert not exited & (culprits | waiting)
+    # ranks that report ready before the look, the others not started yet
+    assert set(truth.get("ready_ranks", [])) <= ranks
     if truth["expected_kind"] == "progressing":
         assert not culprits and not waiting and not exited
         # its progress: log lines, or (a job past its program's end) data its ranks move
