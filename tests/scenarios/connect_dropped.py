@@ -47,8 +47,13 @@ def start_shard_service() -> tuple[subprocess.Popen[str], int]:
 
 def next_shard_list(port: int, step: int) -> bytes:
     while True:
+        conn = socket.socket()
+        # as many SYN retries as Linux allows (hours): with the default (~127 s) the retry's
+        # one-second sleep below came round during some looks, and the site moved
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_SYNCNT, 127)
         try:
-            with socket.create_connection(("127.0.0.1", port)) as conn:  # CULPRIT
+            with conn:
+                conn.connect(("127.0.0.1", port))  # CULPRIT
                 conn.sendall(f"NEXT {step}\n".encode())
                 return conn.recv(65536)
         except OSError:
