@@ -3492,6 +3492,7 @@ def _hang_verdicts(
     statuses, peer_note = _peer_waits(statuses)
     if peer_note is None:
         statuses, peer_note = _poll_waits(statuses)
+    statuses, program_notes = _across_programs(statuses)
     groups = _group_view(statuses, layout.world_size)
     statuses, group_notes = _with_groups(statuses, groups, layout.world_size)
     by_status: dict[str, list[_Status]] = {}
@@ -3694,6 +3695,10 @@ def _hang_verdicts(
     if peer_note:
         verdicts = [
             _with_evidence(v, [peer_note]) if v.kind in HANG_KINDS else v for v in verdicts
+        ]
+    if program_notes:
+        verdicts = [
+            _with_evidence(v, program_notes) if v.kind in HANG_KINDS else v for v in verdicts
         ]
     notes = []
     collective = sorted(r for r in elsewhere if by_rank[r].op not in _PEERED)
@@ -4106,6 +4111,78 @@ def _awaited(statuses: list[_Status], view: GroupView) -> set[int] | None:
             return None
         awaited.update(view.members[name])
     return awaited
+
+
+# Frames of Python's own launch machinery below a program's first frame (`python -m`): not the
+# program's, so neither what sets two programs apart nor what they share.
+_LAUNCH_FILES = ("runpy.py", "<frozen runpy>")
+
+
+def _program_frames(position: tuple[object, ...]) -> list[tuple[str, str, int | None]]:
+    """A collective position's frames (innermost first) without the op's marker and the
+    interpreter's launch frames."""
+    return [k for k in position[1:]  # type: ignore[misc]
+            if isinstance(k, tuple) and not str(k[0]).endswith(_LAUNCH_FILES)]
+
+
+def _same_call_other_program(p: tuple[object, ...], q: tuple[object, ...]) -> bool:
+    """``p`` and ``q`` wait in one collective, called through the same code, from two different
+    programs: the same op, the same frames from the collective out to at least one frame past
+    torch's own, and past that point frames of files the other never shows, down to each one's
+    first frame (its program: an srun --multi-prog task, a leader with a script of its own)."""
+    if p[0] != q[0]:
+        return False
+    a, b = _program_frames(p), _program_frames(q)
+    shared = 0
+    while shared < min(len(a), len(b)) and a[shared] == b[shared]:
+        shared += 1
+    # the collective's own frame (torch's c10d function) and at least one caller of it
+    if shared < 2 or shared == len(a) or shared == len(b):
+        return False
+    return not {k[0] for k in a[shared:]} & {k[0] for k in b[shared:]}
+
+
+def _across_programs(statuses: list[_Status]) -> tuple[list[_Status], list[str]]:
+    """Main threads waiting in collectives that differ only by the program each runs.
+
+    A rank whose program is another file (an srun --multi-prog task, a leader's own script that
+    calls the shared training code) has other outer frames than its peers at the very same call
+    (multi_prog_mismatch: rank 0 taken for a second side of the disagreement). Such positions
+    become the position of the largest group they match, and a note says so. Ranks of one
+    program always share its first frame, so nothing changes for them; a thread's first frame
+    is threading's, shared by every thread, so nothing changes for threads. What it hides: two
+    programs calling one shared helper's collective from their own, different places (the
+    leader's extra sync against the workers' step) with tensors that do not pair; with one op
+    and one shape they pair and nothing hangs there."""
+    waiting = [s for s in statuses if s.status == "waiting" and s.kind == "collective"
+               and s.position and not s.on_a_thread and s.via is None]
+    count = Counter(s.position for s in waiting)
+    if len(count) < 2 or len({(_program_frames(p) or [("",)])[-1][0] for p in count}) < 2:
+        return statuses, []
+    chosen: dict[tuple[object, ...], tuple[object, ...]] = {}
+    for position, _n in count.most_common():
+        chosen[position] = next(
+            (ref for ref in dict.fromkeys(chosen.values())
+             if _same_call_other_program(position, ref)), position)
+    moved = [s for s in waiting if chosen[s.position] != s.position]  # type: ignore[index]
+    if not moved:
+        return statuses, []
+    notes = []
+    for ranks, program in sorted(
+            {(tuple(r.rank for r in moved if _first_file(r) == _first_file(s)), _first_file(s))
+             for s in moved}):
+        notes.append(f"{_ranks_label(ranks)} {_verb(list(ranks), 'runs', 'run')} another "
+                     f"program ({program}) and {_verb(list(ranks), 'waits', 'wait')} in the same "
+                     "collective through the same code as ranks of the job's program: counted "
+                     "with them")
+    keyed = {id(s) for s in moved}
+    return [replace(s, position=chosen[s.position]) if id(s) in keyed else s  # type: ignore[index]
+            for s in statuses], notes
+
+
+def _first_file(s: _Status) -> str:
+    frames = _program_frames(s.position or ())
+    return frames[-1][0] if frames else "?"
 
 
 def _with_groups(statuses: list[_Status], view: GroupView, world: int | None

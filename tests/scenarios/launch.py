@@ -38,7 +38,7 @@ TIME_LIMIT_MINUTES = 30
 #: Ranks run at a lower priority so a spinning rank does not starve the test itself.
 NICENESS = 5
 LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch", "background",
-             "torchrun-standalone", "mpirun")
+             "torchrun-standalone", "mpirun", "srun-multi-prog")
 #: Variables of the submitting shell that would confuse the ranks or sbatch itself.
 _INHERITED_VARS_TO_DROP = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"
@@ -149,6 +149,20 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
             # the batch script's work done by a Python program that runs srun as its child
             argv = ["exec", python, "-u", str(REPO_ROOT / truth["batch_driver"]), *argv]
         lines.append(shlex.join(argv))
+    elif truth["launcher"] == "srun-multi-prog":
+        # `srun --multi-prog`: a configuration file gives some tasks (truth "multi_prog": task
+        # ids -> [program, args...]) another command than the rest, which run the program.
+        config = state_dir / "multi-prog.conf"
+        rank_line = lambda command: shlex.join(["nice", "-n", str(NICENESS), python, "-u",
+                                                *command])
+        entries = [f"{ids} {rank_line([str(REPO_ROOT / other[0]), *other[1:]])}"
+                   for ids, other in truth["multi_prog"].items()]
+        entries.append("* " + rank_line([str(program)]))
+        lines.append(f"cat > {shlex.quote(str(config))} <<'MULTIPROG'")
+        lines.extend(entries)
+        lines.append("MULTIPROG")
+        lines.append(shlex.join(["srun", "-K0", f"--nodes={nodes}",
+                                 f"--ntasks-per-node={per_node}", "--multi-prog", str(config)]))
     elif truth["launcher"] == "torchrun":
         torchrun = str(Path(python).parent / "torchrun")
         # One torchrun agent per node; the agent on the job's first node hosts the c10d

@@ -165,6 +165,28 @@ def test_wrapper_and_module_scenarios_get_their_launch_lines(tmp_path):
     assert "nice -n 5 /venv/bin/python -u -m trainer.main" in module
 
 
+def test_multi_prog_scenarios_give_some_tasks_another_command(tmp_path):
+    # GIVEN an srun --multi-prog scenario WHEN its batch script is built
+    script = batch_script(load_truth("multi_prog_leader_stalled"), tmp_path, "/venv/bin/python")
+    config = tmp_path / "multi-prog.conf"
+    lines = script.splitlines()
+    start = lines.index(f"cat > {config} <<'MULTIPROG'")
+    entries = lines[start + 1:lines.index("MULTIPROG")]
+    # THEN task 0 runs the leader with its argument, every other task the program, each
+    # under nice as the other launchers' ranks, and one srun step reads that file
+    leader = REPO_ROOT / "tests/scenarios/_multi_prog_leader.py"
+    program = REPO_ROOT / "tests/scenarios/multi_prog_training.py"
+    assert entries == [f"0 nice -n 5 /venv/bin/python -u {leader} --stall-tracker",
+                       f"* nice -n 5 /venv/bin/python -u {program}"]
+    assert lines[-1] == f"srun -K0 --nodes=2 --ntasks-per-node=2 --multi-prog {config}"
+
+
+def test_timeout_wrapper_leaves_timeout_as_the_ranks_parent():
+    code = [line for line in (REPO_ROOT / "tests/scenarios/run_under_timeout.sh").read_text()
+            .splitlines() if line and not line.startswith("#")]
+    assert code[-1] == 'exec timeout --kill-after=30 7200 "$@"'
+
+
 # ---------------------------------------------------------------- launch scripts (pure)
 
 def test_srun_batch_script_keeps_survivors_and_limits_time(tmp_path):
