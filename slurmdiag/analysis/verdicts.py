@@ -100,6 +100,13 @@ __all__ = ["diagnose"]
 
 
 NEXT_STEPS = {
+    "caught_error": (
+        "the error the rank caught is the cause: fix it (its traceback is in the job's log); "
+        "and keep collectives out of error handlers: a barrier in `except` or `finally` waits "
+        "for ranks that still train (end the process on an error, or abort the group: "
+        "`dist.destroy_process_group()` without the barrier); TORCH_DISTRIBUTED_DEBUG=DETAIL "
+        "names a collective mismatch as it happens"
+    ),
     "mismatched_collective": (
         "keep the collective outside the rank-gated branch; gate only the side effect "
         "(compute the all_reduce on every rank, then `if rank == 0: log(value)`); run with "
@@ -4156,8 +4163,8 @@ def _across_programs(statuses: list[_Status]) -> tuple[list[_Status], list[str]]
     and one shape they pair and nothing hangs there."""
     waiting = [s for s in statuses if s.status == "waiting" and s.kind == "collective"
                and s.position and not s.on_a_thread and s.via is None]
-    count = Counter(s.position for s in waiting)
-    if len(count) < 2 or len({(_program_frames(p) or [("",)])[-1][0] for p in count}) < 2:
+    count: Counter[tuple[object, ...]] = Counter(s.position for s in waiting if s.position)
+    if len(count) < 2 or len({_first_of(p) for p in count}) < 2:
         return statuses, []
     chosen: dict[tuple[object, ...], tuple[object, ...]] = {}
     for position, _n in count.most_common():
@@ -4180,9 +4187,14 @@ def _across_programs(statuses: list[_Status]) -> tuple[list[_Status], list[str]]
             for s in statuses], notes
 
 
-def _first_file(s: _Status) -> str:
-    frames = _program_frames(s.position or ())
+def _first_of(position: tuple[object, ...]) -> str:
+    """The file of a position's first frame (its program's), "?" when it has none."""
+    frames = _program_frames(position)
     return frames[-1][0] if frames else "?"
+
+
+def _first_file(s: _Status) -> str:
+    return _first_of(s.position or ())
 
 
 def _with_groups(statuses: list[_Status], view: GroupView, world: int | None
@@ -4419,6 +4431,79 @@ def _innermost_user_site(finding: LogFinding) -> str:
     return finding.fields.get("site", "")
 
 
+def _traceback_frames(finding: LogFinding) -> list[tuple[str, int | None, str]]:
+    """A logged traceback's frames, outermost first, as (path, line, function)."""
+    out = []
+    for entry in finding.fields.get("frames", "").splitlines():
+        path, _, rest = entry.partition(":")
+        line, _, function = rest.partition(":")
+        if path and function:
+            out.append((path, int(line) if line.isdigit() else None, function))
+    return out
+
+
+def _catches_there(info: StackInfo | None, path: str, line: int | None, function: str) -> bool:
+    """The stack's innermost job frame is in ``function`` of ``path``, at another line than
+    ``line`` (the call the traceback went through): in the function that caught it, past it."""
+    frame = info.top_user_frame if info is not None else None
+    if frame is None or frame.file is None or frame.line == line:
+        return False
+    same_file = frame.file == path or frame.file.endswith("/" + path.lstrip("/"))
+    return same_file and (frame.function or "").rsplit(".", 1)[-1] == function
+
+
+def _with_caught_error(snapshot: Snapshot, verdict: Verdict, statuses: list[_Status]) -> Verdict:
+    """A culprit alive in the function that caught an exception the job's log holds.
+
+    A traceback printed by a rank that lives on was caught (traceback.print_exc, logging's
+    exception): its outermost frame is the function that caught it. A culprit whose innermost
+    job frame is that function, at another line, took its error path there (error_cleanup_barrier:
+    rank 3's ValueError caught in main, whose finally runs a barrier while ranks 0-2 train on):
+    the error is the cause, the collective its consequence. The traceback is the culprit's when
+    its prefix says so, or, unlabelled, when no other rank sits in that function. A traceback
+    whose outermost frame is <module> ended its program (a crash): not this rule's. What it
+    cannot tell: an error caught long before, the rank stuck later in the same function for
+    another reason (the log has no time): the job's going on after it tells, a traceback
+    followed by more lines than two a rank (``lines_after``) is not taken (stale_caught_error:
+    every rank's start-up error caught in main, dozens of steps before rank 0 hangs in main's
+    barrier). Where the log was not read to its end, or an old error is followed by little
+    output, it is said as what the log holds, "most likely" the path."""
+    if verdict.kind not in HANG_KINDS or verdict.kind == VerdictKind.MISSING_RANK:
+        return verdict
+    lines: list[str] = []
+    clauses: list[str] = []
+    went_on = 2 * max(len(statuses), 1)  # lines after it: every rank wrote twice more
+    for finding in snapshot.log_findings:
+        if finding.kind != "traceback":
+            continue
+        after = finding.fields.get("lines_after", "")
+        if after.isdigit() and int(after) > went_on:
+            continue
+        frames = _traceback_frames(finding)
+        if not frames or frames[0][2] == "<module>":
+            continue
+        path, line, function = frames[0]
+        there = [s for s in statuses if s.status != "dead" and s.via is None
+                 and _catches_there(s.info, path, line, function)]
+        if finding.rank is not None:
+            there = [s for s in there if s.rank == finding.rank]
+        if len(there) != 1 or there[0].rank not in verdict.culprit_ranks:
+            continue
+        rank, raised = there[0].rank, _innermost_user_site(finding)
+        if any(f"rank {rank} " in c for c in clauses):
+            continue
+        clauses.append(f"rank {rank} caught {finding.text} (raised at {raised}) in {function}, "
+                       "where it waits now")
+        lines.append(f"traceback in {finding.source}:{finding.line_no}: {finding.text}: caught in "
+                     f"{function} ({path}:{line}), the function rank {rank} waits in now (at "
+                     f"{there[0].site}): its wait is most likely that error's path")
+    if not clauses:
+        return verdict
+    return replace(verdict, summary=f"{verdict.summary}; {'; '.join(clauses)}",
+                   evidence=(*lines, *verdict.evidence),
+                   next_step=NEXT_STEPS["caught_error"])
+
+
 def _with_exit_evidence(snapshot: Snapshot, verdict: Verdict) -> Verdict:
     """Where a rank that is gone went away: srun's task exit and its traceback in the job log."""
     ranks = set(verdict.culprit_ranks)
@@ -4579,6 +4664,7 @@ def _diagnose(snapshot: Snapshot) -> Analysis:
                 hung = tail_hung
 
     hang = [_with_exit_evidence(snapshot, v) if v.kind == VerdictKind.MISSING_RANK else v for v in hang]
+    hang = [_with_caught_error(snapshot, v, statuses) for v in hang]
     disagreement = watchdog_disagreement(snapshot)
     if disagreement:
         hang = [

@@ -10,6 +10,7 @@ attributed to a rank only through its prefix, and the caller decides what a lone
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from slurmdiag.safeio import decimal_int
 from slurmdiag.snapshot import LogFinding
@@ -63,8 +64,11 @@ def parse_srun_task_exits(text: str, source: str) -> tuple[LogFinding, ...]:
 def parse_python_tracebacks(text: str, source: str) -> tuple[LogFinding, ...]:
     """Each ``Traceback (most recent call last):`` block, its frames and its exception line."""
     findings = []
+    ends: list[int] = []  # each finding's count of non-blank lines up to its exception line
     open_blocks: dict[str, dict] = {}  # by prefix key: blocks of different ranks interleave
+    written = 0
     for number, raw in enumerate(text.splitlines(), start=1):
+        written += bool(raw.strip())
         match = _PREFIX.match(raw)
         assert match is not None  # the pattern accepts any line
         rank_text = match.group("rank") or match.group("label")
@@ -108,4 +112,8 @@ def parse_python_tracebacks(text: str, source: str) -> tuple[LogFinding, ...]:
                 },
             )
         )
-    return tuple(findings)
+        ends.append(written)
+    # how much the job wrote after each one (non-blank lines to the end of what was read: a
+    # log's head and tail): an error followed by the job's going on is not where it stopped
+    return tuple(replace(f, fields={**f.fields, "lines_after": str(written - end)})
+                 for f, end in zip(findings, ends, strict=True))

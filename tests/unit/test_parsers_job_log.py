@@ -47,8 +47,18 @@ def test_prefixed_tracebacks_of_two_ranks_interleave_and_are_kept_apart():
     found = {f.rank: f for f in parse_python_tracebacks(text, "log")}
     assert found[1].fields["site"] == "/app/data.py:5" and found[1].fields["exception"] == "OSError"
     assert found[2].fields["site"] == "/app/model.py:7" and found[2].text == "RuntimeError: shape mismatch"
+    # AND each says how much the job wrote after it (non-blank lines to the end)
+    assert (found[2].fields["lines_after"], found[1].fields["lines_after"]) == ("2", "1")
     assert [f.rank for f in parse_srun_task_exits(text, "log")] == [4, 5]
 
 
 def test_text_without_tracebacks_gives_nothing():
     assert parse_python_tracebacks("all fine\nTraceback nothing\n", "x") == ()
+
+
+def test_lines_after_count_what_the_job_wrote_after_the_exception_line():
+    # GIVEN the real log's traceback, then (SYNTHETIC) blank lines and three step lines
+    (before,) = parse_python_tracebacks(LOG, "job.out")
+    (after,) = parse_python_tracebacks(LOG + "\n\nstep 1\n  \nstep 2\nstep 3\n", "job.out")
+    # THEN blank lines do not count
+    assert int(after.fields["lines_after"]) == int(before.fields["lines_after"]) + 3
