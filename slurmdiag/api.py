@@ -14,8 +14,19 @@ from typing import TYPE_CHECKING, Any
 from slurmdiag._version import __version__
 from slurmdiag.errors import OutputFailed
 from slurmdiag.options import DEFAULTS, AttachOptions, SshSettings
-from slurmdiag.slurm.discover import check_caller_may_attach, discover_job, job_ref_from_user
-from slurmdiag.transport.base import NodeOutcome, Progress, Transport, transport_for
+from slurmdiag.slurm.discover import (
+    check_caller_may_attach,
+    discover_components,
+    job_ref_from_user,
+    whole_het_job,
+)
+from slurmdiag.transport.base import (
+    FanoutResult,
+    NodeOutcome,
+    Progress,
+    Transport,
+    transport_for,
+)
 from slurmdiag.transport.run import run_command
 
 if TYPE_CHECKING:
@@ -64,13 +75,11 @@ def collect_snapshot(
     payload = threading.Thread(target=_quietly, args=(_make_payload,), daemon=True)
     payload.start()
     ref = job_ref_from_user(str(job_id))
-    slurm_job = discover_job(ref, run_command)
+    components = discover_components(ref, run_command)
     check_caller_may_attach(
-        slurm_job, ref, run_command, transport=options.transport, ssh_user=options.ssh.user,
+        components[0], ref, run_command, transport=options.transport, ssh_user=options.ssh.user,
     )
-    het_group = None
-    if slurm_job.het_job_id and slurm_job.het_job_offset is not None:
-        het_group = (slurm_job.het_job_id, slurm_job.het_job_offset)
+    slurm_job = components[0] if len(components) == 1 else whole_het_job(components)
     fan_out = transport or transport_for(options)
     helper = None
     if meanwhile is not None:
@@ -82,8 +91,8 @@ def collect_snapshot(
     early = EarlyNodes()
     # The helper starts once srun runs: started before, it competed for the GIL with building
     # the step's command and spawning it (srun started 40-80 ms later on 32 nodes).
-    fanout = fan_out.collect(
-        slurm_job.job_id, slurm_job.nodes, options, het_group=het_group, progress=progress,
+    fanout = _collect_components(
+        fan_out, components, options, progress=progress,
         on_started=None if helper is None else helper.start, on_document=early.add,
     )
     phase("assembling the snapshot", None)
@@ -116,6 +125,88 @@ def collect_snapshot(
         ),
     ))  # the processes of a step beside the training's (a per-node monitor): not its ranks
     return snapshot, list(fanout.warnings)
+
+
+def _collect_components(
+    fan_out: Transport,
+    components: list[Any],
+    options: AttachOptions,
+    *,
+    progress: Progress | None,
+    on_started: Callable[[], None] | None,
+    on_document: Callable[[str, dict[str, Any]], None],
+) -> FanoutResult:
+    """The fan-out over the job's nodes: one collect, or, for a heterogeneous job's components
+    looked at together, one a component (srun adds a step to one component at a time, through
+    its leader's id and ``--het-group``), all at once, their outcomes merged in the job's node
+    order. ``on_started`` runs once, when the first has started."""
+
+    def het_group(job: Any) -> tuple[str, int] | None:
+        if job.het_job_id and job.het_job_offset is not None:
+            return (job.het_job_id, job.het_job_offset)
+        return None
+
+    if len(components) == 1:
+        job = components[0]
+        return fan_out.collect(job.job_id, job.nodes, options, het_group=het_group(job),
+                               progress=progress, on_started=on_started, on_document=on_document)
+    total = sum(len(job.nodes) for job in components)
+    answered = [0] * len(components)
+    lock = threading.Lock()
+    started = threading.Event()
+    results: list[FanoutResult | BaseException | None] = [None] * len(components)
+
+    def one(index: int, job: Any) -> None:
+        def counted(done: int, _expected: int) -> None:
+            with lock:
+                answered[index] = done
+                seen = sum(answered)
+            if progress is not None:
+                progress(seen, total)
+
+        def first_started() -> None:
+            with lock:
+                if started.is_set():
+                    return
+                started.set()
+            if on_started is not None:
+                on_started()
+
+        try:
+            results[index] = fan_out.collect(
+                job.job_id, job.nodes, options, het_group=het_group(job), progress=counted,
+                on_started=first_started, on_document=on_document)
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+            results[index] = exc
+
+    # The leader's component in this thread, where Ctrl-C lands (its srun is asked to stop and
+    # what came is kept); the others' sruns end their look by themselves, within the timeout.
+    threads = [threading.Thread(target=one, args=(i, job), name=f"slurmdiag-component-{i}",
+                                daemon=True) for i, job in enumerate(components) if i]
+    for thread in threads:
+        thread.start()
+    one(0, components[0])
+    cut = False
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        cut = True  # a second Ctrl-C: the components that answered, the others as lost
+    merged = FanoutResult(interrupted=cut)
+    for job, result in zip(components, results, strict=True):
+        if isinstance(result, BaseException):
+            raise result
+        if result is None:  # still running when the second Ctrl-C came
+            merged.nodes.update((n, NodeOutcome(n, "timeout", message="attach interrupted"))
+                                for n in job.nodes)
+            continue
+        merged.nodes.update(result.nodes)
+        merged.duration_s = max(merged.duration_s, result.duration_s)
+        merged.transport = result.transport
+        merged.warnings.extend(f"{job.het_job_id}+{job.het_job_offset}: {w}"
+                               for w in result.warnings)
+        merged.interrupted = merged.interrupted or result.interrupted
+    return merged
 
 
 class EarlyNodes:

@@ -122,7 +122,7 @@ def _add_attach(sub: Any) -> None:
         "stacks, and name the culprit.",
         epilog=ATTACH_EPILOG,
     )
-    attach.add_argument("job_id", help="job id: 123, 123_4 (array task) or 123+1 (het component)")
+    attach.add_argument("job_id", help="job id: 123 (a het job: every component), 123_4 (array task) or 123+1 (one het component)")
     attach.add_argument("--samples", type=_positive_int, default=DEFAULTS.samples,
                         help="stack samples per rank")
     attach.add_argument("--interval", type=_seconds, default=DEFAULTS.interval_s,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from slurmdiag.errors import (
@@ -308,6 +309,48 @@ def _jobs_from_squeue_json(ref: JobRef, runner: Runner, forged: ForgedJobRecord)
 def discover_job(ref: JobRef, runner: Runner = run_command, *, raw_id: bool = False) -> SlurmJob:
     """Ask Slurm about ``ref`` (JSON on 23.02+, text otherwise) and check it can be attached to.
     ``raw_id``: see select_record."""
+    job = select_record(ref, _job_records(ref, runner), raw_id=raw_id)
+    check_attachable(job, ref)
+    return job
+
+
+def discover_components(ref: JobRef, runner: Runner = run_command) -> list[SlurmJob]:
+    """The records attach looks at for ``ref``: the one job, or, for a heterogeneous job named
+    by its plain id, every component, leader first (a step of `srun --het-group=0,1` spans them:
+    its ranks live in both, and one look sees them all). Components sharing a node cannot be
+    looked at together (each node's collector looks for one job's processes): named by the
+    usage error select_record gives, to attach one at a time."""
+    jobs = _job_records(ref, runner)
+    if ref.array_task is None and ref.het_offset is None:
+        components = sorted((j for j in jobs if j.het_job_id == ref.base
+                             and j.het_job_offset is not None),
+                            key=lambda j: j.het_job_offset or 0)
+        nodes = [n for j in components for n in j.nodes]
+        if len(components) > 1 and len(nodes) == len(set(nodes)):
+            for job in components:
+                check_attachable(job, JobRef(ref.base, het_offset=job.het_job_offset))
+            return components
+    job = select_record(ref, jobs)
+    check_attachable(job, ref)
+    return [job]
+
+
+def whole_het_job(components: list[SlurmJob]) -> SlurmJob:
+    """One record for a heterogeneous job's components looked at together: the leader's, with
+    every component's nodes and tasks, and no component offset (the whole job)."""
+    leader = components[0]
+    tasks = [j.num_tasks for j in components]
+    return replace(
+        leader,
+        nodes=tuple(n for j in components for n in j.nodes),
+        num_nodes=sum(len(j.nodes) for j in components),
+        num_tasks=sum(t for t in tasks if t is not None) if None not in tasks else None,
+        het_job_offset=None,
+    )
+
+
+def _job_records(ref: JobRef, runner: Runner) -> list[SlurmJob]:
+    """Every record scontrol prints for ``ref`` (a het job's components, an array's tasks)."""
     check_slurm_conf()
     version = slurm_version(runner)
     jobs: list[SlurmJob] | None = None
@@ -326,6 +369,4 @@ def discover_job(ref: JobRef, runner: Runner = run_command, *, raw_id: bool = Fa
             jobs = parse_scontrol_job(result.stdout)
         except ForgedJobRecord as forged:
             jobs = _jobs_from_squeue_json(ref, runner, forged)
-    job = select_record(ref, jobs, raw_id=raw_id)
-    check_attachable(job, ref)
-    return job
+    return jobs

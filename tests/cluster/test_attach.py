@@ -459,9 +459,10 @@ def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
                     found[offset] = (snapshot, ranks)
             assert time.monotonic() < deadline, found
             time.sleep(2)
-        # WHEN attaching to one component
+        # WHEN attaching to one component, then to the whole job by its plain id
         result = attach_job(
             f"{leader}+1", AttachOptions(samples=2, interval_s=0.3, strace_s=0), write=False)
+        whole = attach_job(leader, AttachOptions(samples=1, strace_s=0), write=False)
     finally:
         subprocess.run(["scancel", leader], capture_output=True, timeout=30, check=False)
     # THEN each component's step ran (srun needs the leader's id and --het-group), its own
@@ -470,3 +471,9 @@ def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
     assert found[1][0].job.het_job_offset == "1"
     assert result.analysis.missing_ranks == () and result.analysis.unknown_ranks == (0,)
     assert "missing_rank" not in {v.kind for v in result.snapshot.verdicts}
+    # AND the whole job is looked at in one go: a step a component, both ranks in one snapshot
+    nodes = [n.name for n in found[0][0].nodes] + [n.name for n in found[1][0].nodes]
+    assert [n.name for n in whole.snapshot.nodes] == nodes
+    assert sorted(r.rank for _, r in whole.snapshot.all_ranks() if r.samples) == [0, 1]
+    assert (whole.snapshot.job.het_job_id, whole.snapshot.job.het_job_offset) == (leader, None)
+    assert whole.analysis.missing_ranks == () and whole.analysis.unknown_ranks == ()

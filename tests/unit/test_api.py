@@ -49,7 +49,7 @@ ONE_SAMPLE = AttachOptions(samples=1, strace_s=0)
 def _fake_slurm(monkeypatch, transport: InMemoryTransport | None = None):
     """Job 42 on node[001-002] without Slurm; with ``transport``, attach's own choice of
     transport (by options.transport) is replaced by it."""
-    monkeypatch.setattr(api, "discover_job", lambda ref, runner: parse_scontrol_job(JOB_TEXT)[0])
+    monkeypatch.setattr(api, "discover_components", lambda ref, runner: parse_scontrol_job(JOB_TEXT)[:1])
     if transport is not None:
         monkeypatch.setattr(api, "transport_for", lambda options: transport)
 
@@ -221,3 +221,38 @@ def test_run_command_says_when_the_child_runs(tmp_path):
     assert result.ok and result.stdout == "ended\n" and told == [1]
     missing = run_command([str(tmp_path / "no-such-program")], 5, on_started=lambda: told.append(2))
     assert missing.start_error and told == [1]
+
+
+HET_TEXT = (Path(__file__).parent.parent / "fixtures" / "slurm"
+            / "local_22.05_show_job_d_o_het_running.txt").read_text()
+
+
+def test_a_het_job_is_collected_one_step_a_component_into_one_snapshot(monkeypatch):
+    # GIVEN the real het job 5 (5+0 on node002, 5+1 on node003) named by its plain id, the
+    # real discovery reading that capture
+    from slurmdiag.slurm.discover import discover_components
+    from slurmdiag.transport.run import CommandResult
+
+    def scontrol(argv, timeout, **kwargs):  # type: ignore[no-untyped-def]
+        out = "slurm-wlm 22.05.8\n" if "--version" in argv else HET_TEXT
+        return CommandResult(tuple(argv), 0, out, "")
+
+    components = parse_scontrol_job(HET_TEXT)
+    monkeypatch.setattr(api, "discover_components", lambda ref, runner: discover_components(
+        ref, scontrol))
+    transport = InMemoryTransport({"node002": _unreachable, "node003": _unreachable},
+                                  warnings=["a warning"])
+    seen, starts = [], []
+    # WHEN its snapshot is collected
+    snapshot, warnings = api.collect_snapshot(
+        "5", ONE_SAMPLE, transport=transport, progress=lambda done, total: seen.append(total),
+        meanwhile=lambda: starts.append(1))
+    # THEN each component had its own collect, through the leader's id and its --het-group
+    assert sorted((c.job_id, c.nodes, c.het_group) for c in transport.calls) == [
+        ("5", ("node002",), ("5", 0)), ("6", ("node003",), ("5", 1))]
+    assert [c.het_job_offset for c in components] == [0, 1]
+    # AND one snapshot holds every component's nodes, as the whole job (no offset)
+    assert [n.name for n in snapshot.nodes] == ["node002", "node003"]
+    assert (snapshot.job.id, snapshot.job.het_job_id, snapshot.job.het_job_offset) == ("5", "5", None)
+    assert sorted(warnings) == ["5+0: a warning", "5+1: a warning"]
+    assert set(seen) <= {2} and starts == [1]

@@ -257,3 +257,41 @@ def test_another_users_job_over_ssh_needs_the_owners_login():
                             ssh_user="alice")
     with pytest.raises(NotPermitted):
         check_caller_may_attach(job, ref, FakeRunner([]), caller="bob", uid=1001, transport="ssh")
+
+
+# ------------------------------------------------------------ heterogeneous jobs, whole
+
+
+def _het_runner(name: str = "local_22.05_show_job_d_o_het_running.txt") -> FakeRunner:
+    text = (FIXTURES / name).read_text()
+    return FakeRunner([VERSION_2205, (["scontrol", "show", "job"], (0, text, ""))])
+
+
+def test_a_het_job_by_its_plain_id_is_every_component_leader_first():
+    from slurmdiag.slurm.discover import discover_components, whole_het_job
+
+    # GIVEN the real running het job 5 (5+0 on node002, 5+1 on node003, local 22.05 capture)
+    components = discover_components(job_ref_from_user("5"), _het_runner())
+    # THEN both components come, leader first; looked at together they are one job
+    assert [(j.job_id, j.het_job_offset, j.nodes) for j in components] == [
+        ("5", 0, ("node002",)), ("6", 1, ("node003",))]
+    whole = whole_het_job(components)
+    assert (whole.job_id, whole.het_job_id, whole.het_job_offset) == ("5", "5", None)
+    assert whole.nodes == ("node002", "node003") and whole.num_nodes == 2
+    # AND a component named alone is that component only
+    (one,) = discover_components(job_ref_from_user("5+1"), _het_runner())
+    assert (one.job_id, one.het_job_offset) == ("6", 1)
+
+
+def test_het_components_sharing_a_node_are_attached_one_at_a_time():
+    from slurmdiag.slurm.discover import discover_components
+
+    # GIVEN the same job with both components on node002 (each node's collector looks for one
+    # job's processes, so the two cannot be looked at together)
+    text = (FIXTURES / "local_22.05_show_job_d_o_het_running.txt").read_text()
+    runner = FakeRunner([VERSION_2205, (["scontrol", "show", "job"],
+                                        (0, text.replace("node003", "node002"), ""))])
+    # THEN the plain id is refused with the components named, as before
+    with pytest.raises(UsageError, match=r"heterogeneous with 2 components") as caught:
+        discover_components(job_ref_from_user("5"), runner)
+    assert caught.value.hint == "name one component: 5+0, 5+1"
