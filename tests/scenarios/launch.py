@@ -38,7 +38,7 @@ TIME_LIMIT_MINUTES = 30
 #: Ranks run at a lower priority so a spinning rank does not starve the test itself.
 NICENESS = 5
 LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch", "background",
-             "torchrun-standalone", "mpirun", "srun-multi-prog")
+             "torchrun-standalone", "mpirun", "srun-multi-prog", "srun-het")
 #: Variables of the submitting shell that would confuse the ranks or sbatch itself.
 _INHERITED_VARS_TO_DROP = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"
@@ -88,8 +88,14 @@ def waiting_sites(truth: Mapping[str, Any]) -> list[str]:
 def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
     """The sbatch script for an srun or torchrun scenario."""
     program = REPO_ROOT / truth["program"]
+    het = [] if truth["launcher"] != "srun-het" else [
+        # a heterogeneous job: one component a node (sbatch_argv leaves the shape to these)
+        line for i in range(truth["nodes"]) for line in (
+            *(["#SBATCH hetjob"] if i else []),
+            f"#SBATCH --nodes=1 --ntasks-per-node={truth['ntasks_per_node']}")]
     lines = [
         "#!/bin/bash",
+        *het,
         f"# Scenario {truth['name']} ({truth['launcher']}), written by tests/scenarios/launch.py",
         "set -u",
         *_environment_lines(state_dir),
@@ -149,6 +155,11 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
             # the batch script's work done by a Python program that runs srun as its child
             argv = ["exec", python, "-u", str(REPO_ROOT / truth["batch_driver"]), *argv]
         lines.append(shlex.join(argv))
+    elif truth["launcher"] == "srun-het":
+        # one step across every component of the heterogeneous job (its ranks in order)
+        groups = ",".join(str(i) for i in range(nodes))
+        lines.append(shlex.join(["srun", "-K0", f"--het-group={groups}", "nice", "-n",
+                                 str(NICENESS), *_rank_command(truth, python, program)]))
     elif truth["launcher"] == "srun-multi-prog":
         # `srun --multi-prog`: a configuration file gives some tasks (truth "multi_prog": task
         # ids -> [program, args...]) another command than the rest, which run the program.
@@ -248,11 +259,12 @@ def _rank_command(truth: Mapping[str, Any], python: str, program: Path) -> list[
 
 
 def sbatch_argv(truth: Mapping[str, Any], state_dir: Path, script: Path) -> list[str]:
+    shape = [] if truth["launcher"] == "srun-het" else [  # a het job's is in its script
+        f"--nodes={truth['nodes']}", f"--ntasks-per-node={truth['ntasks_per_node']}"]
     return [
         "sbatch", "--parsable",
         f"--job-name=slurmdiag-{truth['name']}",
-        f"--nodes={truth['nodes']}",
-        f"--ntasks-per-node={truth['ntasks_per_node']}",
+        *shape,
         f"--time={TIME_LIMIT_MINUTES}",
         f"--output={state_dir}/job-%j.out",
         f"--chdir={REPO_ROOT}",

@@ -181,6 +181,17 @@ def test_multi_prog_scenarios_give_some_tasks_another_command(tmp_path):
     assert lines[-1] == f"srun -K0 --nodes=2 --ntasks-per-node=2 --multi-prog {config}"
 
 
+def test_het_scenarios_make_one_component_a_node_and_one_step_across_them(tmp_path):
+    truth = load_truth("het_job_sleep_left_in")
+    lines = batch_script(truth, tmp_path, "/venv/bin/python").splitlines()
+    # THEN the shape is in the script (a component a node), not on sbatch's line
+    assert lines[1:4] == ["#SBATCH --nodes=1 --ntasks-per-node=2", "#SBATCH hetjob",
+                          "#SBATCH --nodes=1 --ntasks-per-node=2"]
+    assert lines[-1].startswith("srun -K0 --het-group=0,1 nice -n 5 /venv/bin/python -u ")
+    argv = sbatch_argv(truth, tmp_path, tmp_path / "job.sbatch")
+    assert not any(a.startswith(("--nodes", "--ntasks-per-node")) for a in argv)
+
+
 def test_timeout_wrapper_leaves_timeout_as_the_ranks_parent():
     code = [line for line in (REPO_ROOT / "tests/scenarios/run_under_timeout.sh").read_text()
             .splitlines() if line and not line.startswith("#")]
