@@ -38,7 +38,7 @@ TIME_LIMIT_MINUTES = 30
 #: Ranks run at a lower priority so a spinning rank does not starve the test itself.
 NICENESS = 5
 LAUNCHERS = ("srun", "torchrun", "submitit", "mp.spawn", "torchrun-batch", "background",
-             "torchrun-standalone", "mpirun", "srun-multi-prog", "srun-het")
+             "torchrun-standalone", "mpirun", "srun-multi-prog", "srun-het", "salloc")
 #: Variables of the submitting shell that would confuse the ranks or sbatch itself.
 _INHERITED_VARS_TO_DROP = re.compile(
     r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT"
@@ -319,6 +319,8 @@ def submit(name: str, state_dir: Path | str, *, env: Mapping[str, str] | None = 
         _mount_stalled_dataset(truth, state_dir, python)
     if truth["launcher"] == "submitit":
         job_id = _submit_with_submitit(truth, state_dir, python, env or {})
+    elif truth["launcher"] == "salloc":
+        job_id = _submit_interactively(truth, state_dir, python, env or {})
     else:
         script = state_dir / "job.sbatch"
         script.write_text(batch_script(truth, state_dir, python))
@@ -329,6 +331,48 @@ def submit(name: str, state_dir: Path | str, *, env: Mapping[str, str] | None = 
         job_id = done.stdout.strip().split(";")[0]
     (state_dir / "job_id").write_text(job_id + "\n")
     return ScenarioRun(name=name, job_id=job_id, truth=truth, state_dir=state_dir)
+
+
+def salloc_argv(truth: Mapping[str, Any]) -> list[str]:
+    """An interactive allocation as `salloc` makes one, without its shell (the step comes
+    from outside, as a user's srun typed at salloc's prompt does)."""
+    return ["salloc", "--no-shell", f"--job-name=slurmdiag-{truth['name']}",
+            f"--nodes={truth['nodes']}", f"--ntasks-per-node={truth['ntasks_per_node']}",
+            f"--time={TIME_LIMIT_MINUTES}"]
+
+
+def interactive_step_script(truth: Mapping[str, Any], state_dir: Path, python: str,
+                            job_id: str) -> str:
+    """What the user types at salloc's prompt: the environment, then srun into the allocation."""
+    program = REPO_ROOT / truth["program"]
+    return "\n".join([
+        "#!/bin/bash",
+        f"# Scenario {truth['name']} (salloc), written by tests/scenarios/launch.py",
+        "set -u",
+        *_environment_lines(state_dir),
+        shlex.join(["srun", f"--jobid={job_id}", "-K0", f"--nodes={truth['nodes']}",
+                    f"--ntasks-per-node={truth['ntasks_per_node']}", "nice", "-n",
+                    str(NICENESS), *_rank_command(truth, python, program)]),
+    ]) + "\n"
+
+
+def _submit_interactively(truth: Mapping[str, Any], state_dir: Path, python: str,
+                          env: Mapping[str, str]) -> str:
+    """An allocation from `salloc --no-shell`, its step started from here by srun (running on
+    this host, outside the job, as at salloc's prompt: the job has no batch step and no output
+    file of its own); srun's output goes to <state_dir>/job-J.out."""
+    done = _run(salloc_argv(truth), timeout=120, env=submission_environment(env))
+    granted = re.search(r"Granted job allocation (\d+)", done.stderr + done.stdout)
+    if done.returncode != 0 or granted is None:
+        raise ScenarioError(f"{truth['name']}: salloc failed: {done.stderr.strip()}")
+    job_id = granted.group(1)
+    script = state_dir / "step.sh"
+    script.write_text(interactive_step_script(truth, state_dir, python, job_id))
+    with open(state_dir / f"job-{job_id}.out", "w") as out:
+        subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, cwd=REPO_ROOT, start_new_session=True,
+                         env=submission_environment(env))
+    return job_id
 
 
 def _mount_stalled_dataset(truth: Mapping[str, Any], state_dir: Path, python: str) -> None:

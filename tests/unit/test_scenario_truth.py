@@ -192,6 +192,18 @@ def test_het_scenarios_make_one_component_a_node_and_one_step_across_them(tmp_pa
     assert not any(a.startswith(("--nodes", "--ntasks-per-node")) for a in argv)
 
 
+def test_salloc_scenarios_allocate_without_a_shell_and_srun_into_the_allocation(tmp_path):
+    from scenarios.launch import interactive_step_script, salloc_argv
+
+    truth = load_truth("salloc_mismatched_collectives")
+    assert salloc_argv(truth)[:2] == ["salloc", "--no-shell"]
+    assert "--nodes=2" in salloc_argv(truth) and "--ntasks-per-node=2" in salloc_argv(truth)
+    lines = interactive_step_script(truth, tmp_path, "/venv/bin/python", "77").splitlines()
+    # THEN the step joins allocation 77 from outside it, with the batch scripts' environment
+    assert lines[-1].startswith("srun --jobid=77 -K0 --nodes=2 --ntasks-per-node=2 nice -n 5 ")
+    assert f"export SLURMDIAG_SCENARIO_DIR={tmp_path}" in lines
+
+
 def test_timeout_wrapper_leaves_timeout_as_the_ranks_parent():
     code = [line for line in (REPO_ROOT / "tests/scenarios/run_under_timeout.sh").read_text()
             .splitlines() if line and not line.startswith("#")]
