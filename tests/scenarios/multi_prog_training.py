@@ -13,7 +13,6 @@ own program.
 from __future__ import annotations
 
 import _harness as harness
-import _training as training
 import torch.distributed as dist
 
 WAIT_STEP = 3
@@ -23,12 +22,9 @@ STEPS = 1000
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    model = training.build_model()
-    for step in range(STEPS):
-        if step == WAIT_STEP:
-            harness.report_ready(info, f"step {step}: gradient all_reduce", role="waiting")
-        loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-        harness.log(info, f"step {step} loss {loss:.4f}")
+    harness.train_plainly(info, range(WAIT_STEP))
+    harness.report_ready(info, f"step {WAIT_STEP}: gradient all_reduce", role="waiting")
+    harness.train_plainly(info, range(WAIT_STEP, STEPS))
     dist.destroy_process_group()
 
 
