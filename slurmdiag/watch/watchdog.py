@@ -283,6 +283,9 @@ def skip_reason(job: SlurmJob, watch: WatchSettings) -> str | None:
     """Why the filters of ``[watch]`` leave this job out, or None when it is watched."""
     if (job.state or "").upper() != "RUNNING":
         return f"state {job.state}"
+    if job.het_job_id and job.het_job_offset:
+        # the leader's id names the whole het job: its attach looks at every component
+        return f"component of het job {job.het_job_id}, looked at with its leader"
     partitions = set((job.partition or "").split(","))
     if watch.partitions and not partitions & set(watch.partitions):
         return f"partition {job.partition} not in partitions"

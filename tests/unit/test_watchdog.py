@@ -532,6 +532,12 @@ def test_skip_reasons() -> None:
     task = dataclasses.replace(base, job_id="80", array_job_id="77", array_task_id="3")
     assert skip_reason(task, watch) == "listed in exclude_jobs"
     assert skip_reason(dataclasses.replace(base, state="PENDING"), watch) == "state PENDING"
+    # a het job's leader (component 0) is watched, its id naming every component for attach;
+    # the other components' rows are looked at with it
+    leader = dataclasses.replace(base, het_job_id="5", het_job_offset=0)
+    other = dataclasses.replace(base, job_id="6", het_job_id="5", het_job_offset=1)
+    assert skip_reason(leader, watch) is None
+    assert skip_reason(other, watch) == "component of het job 5, looked at with its leader"
 
 
 def test_squeue_text_fallback_and_scontrol_for_log_paths(world: World) -> None:
