@@ -2108,6 +2108,32 @@ def _gated_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
                for s in waiting)
 
 
+def _shared_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
+    """More ranks computing than waiting, all at one line: most of the job at work in one phase
+    that the waiting ranks are past (less of that work, or none: a broadcast's sender), not the
+    sight of a spin, which is a rank the others wait for (healthy_object_broadcast: ranks 1-3
+    unpickling rank 0's dict for seconds, one C call holding the GIL, while rank 0 waits in the
+    step's all_reduce, called spinning, critical). Not on GPU nodes: there ranks busy at the
+    next sync while the rest wait is how a hung NCCL collective shows (bigscience's 6 to 2).
+    What it hides: most ranks in one endless loop on a CPU job, the few not in it waiting;
+    said, as a slow step, with the ranks and their line."""
+    return (bool(waiting) and len(busy) > len(waiting)
+            and len({s.site for s in busy}) == 1 and busy[0].site is not None)
+
+
+def _shared_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
+    """Ranks in a shared compute phase the waiting ranks are past (_shared_phase): info."""
+    ranks = [s.rank for s in busy]
+    early = [s.rank for s in waiting]
+    why = (f"{_ranks_label(ranks)} {_verb(ranks, 'computes', 'compute')} at one line "
+           f"({busy[0].site}) while fewer, {_ranks_label(early)}, "
+           f"{_verb(early, 'waits', 'wait')} for them in {waiting[0].op}: most of the job at "
+           "work in one phase, the waiting ranks past it (less of that work, or none); an "
+           "endless loop there looks the same")
+    return _cannot_tell(_spinning(busy, waiting, "info"), "a slow step or a hang", why,
+                        NEXT_STEPS["slow_step"])
+
+
 def _polls_a_socket(s: _Status) -> bool:
     """A peer wait in a socket wait of its own (poll, select, a receive), not a futex: a
     TCPStore ``wait``/``get`` for a key a rank will set, or a receive from a peer, as when
@@ -3646,10 +3672,14 @@ def _hang_verdicts(
         slow = len(native) == len(computing) and not verdicts and not gpus and not long_wait
         gated = (not verdicts and not dead and not layout.missing and not long_wait
                  and _gated_phase(computing, waiting))
+        shared = (not verdicts and not gpus and not dead and not layout.missing
+                  and not long_wait and _shared_phase(computing, waiting))
         if slow and len(computing) < len(waiting):
             verdicts.append(_slow_step(computing, waiting))
         elif gated:
             verdicts.append(_gated_step(computing, waiting))
+        elif shared:
+            verdicts.append(_shared_step(computing, waiting))
         elif slow and len(computing) == len(waiting):
             verdicts.append(_slow_step(computing, waiting))
         else:
