@@ -2113,12 +2113,15 @@ def _shared_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     that the waiting ranks are past (less of that work, or none: a broadcast's sender), not the
     sight of a spin, which is a rank the others wait for (healthy_object_broadcast: ranks 1-3
     unpickling rank 0's dict for seconds, one C call holding the GIL, while rank 0 waits in the
-    step's all_reduce, called spinning, critical). Not on GPU nodes: there ranks busy at the
-    next sync while the rest wait is how a hung NCCL collective shows (bigscience's 6 to 2).
-    What it hides: most ranks in one endless loop on a CPU job, the few not in it waiting;
-    said, as a slow step, with the ranks and their line."""
+    step's all_reduce, called spinning, critical). Only ranks that hold the GIL (Python at
+    work, or a C call that keeps it), and not on GPU nodes: ranks busy without the GIL at the
+    next sync while the rest wait is how a hung NCCL collective shows, GPU state read or not
+    (bigscience's 6 to 2, text dumps without nvidia-smi). What it hides: most ranks in one
+    endless Python loop on a CPU job, the few not in it waiting; said, as a slow step, with
+    the ranks and their line."""
     return (bool(waiting) and len(busy) > len(waiting)
-            and len({s.site for s in busy}) == 1 and busy[0].site is not None)
+            and len({s.site for s in busy}) == 1 and busy[0].site is not None
+            and not any(_native_step(s) for s in busy))
 
 
 def _shared_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:

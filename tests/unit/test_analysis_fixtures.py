@@ -75,14 +75,28 @@ def test_bigscience_tr11_eval_hang_names_the_rank_stuck_in_the_dataloader() -> N
 
 
 def test_bigscience_six_ranks_in_train_two_in_broadcast() -> None:
-    # GIVEN 6 processes active in train() at megatron/training.py:915, 2 in broadcast
-    train, bcast = main_stacks("bigscience_hangdebug_train_vs_broadcast_annotated.txt")
-    stacks = [train] * 6 + [bcast] * 2
-    a = diagnose(snap(node("node0", *ranks_from(stacks, 0, 8))))
+    # GIVEN 6 processes active in train() at megatron/training.py:915, 2 in broadcast; the
+    # dump's headers say "(active)", not "(active+gil)": the GIL released (a CUDA sync)
+    dumps = parse_pyspy_text((PY_SPY / "bigscience_hangdebug_train_vs_broadcast_annotated.txt")
+                             .read_text())
+    mains = [t for d in dumps for t in d.threads if t.name == "MainThread"]
+    assert [t.owns_gil for t in mains] == [False, False]
+    train, bcast = (t.frames for t in mains)
+
+    def in_train(r: int) -> Rank:
+        return rank(r, *[Sample(t=float(k), threads=(replace(mains[0], frames=train),))
+                         for k in range(K)], world=8)
+
+    ranks = [in_train(r) for r in range(6)] + ranks_from([bcast] * 2, 6, 8)
+    a = diagnose(snap(node("node0", *ranks)))
     v = a.verdicts[0]
     assert v.kind == "spinning"
     assert v.culprit_ranks == (0, 1, 2, 3, 4, 5)
     assert v.sites == ("megatron/training.py:915", "megatron/training.py:train")
+    # AND the same six shown holding the GIL (Python at work: a phase most ranks share, on a
+    # job whose nodes gave no GPU state) is a slow step, not a spin (test_shared_phase.py)
+    held = diagnose(snap(node("node0", *ranks_from([train] * 6 + [bcast] * 2, 0, 8))))
+    assert held.verdicts[0].kind == "slow_step" and held.verdicts[0].culprit_ranks == v.culprit_ranks
 
 
 def test_deepspeed_all_gather_coalesced_is_a_collective() -> None:
