@@ -237,3 +237,11 @@ def test_a_reshaped_hang_is_judged_by_the_ranks_own_roles():
     control = shaped_truth("healthy_slow", (4, 2))
     assert culprits_by_role(control, {r: {"role": "healthy"} for r in range(8)}) == control
     assert shaped_truth("healthy_slow", None) == load_truth("healthy_slow")
+
+
+def test_every_recorded_look_is_listed_where_it_came_from():
+    # GIVEN the recorded looks THEN LOCAL_SOURCES.md says of each when and what it was (ten
+    # went unlisted for sessions: a newcomer could not tell a recording from a hand-made file)
+    listed = (FIXTURES.parent / "LOCAL_SOURCES.md").read_text()
+    unlisted = [p.name for p in sorted(FIXTURES.glob("*.json")) if f"`accuracy/{p.name}`" not in listed]
+    assert unlisted == []
