@@ -4207,14 +4207,13 @@ def _across_programs(statuses: list[_Status]) -> tuple[list[_Status], list[str]]
     moved = [s for s in waiting if chosen[s.position] != s.position]  # type: ignore[index]
     if not moved:
         return statuses, []
-    notes = []
-    for ranks, program in sorted(
-            {(tuple(r.rank for r in moved if _first_file(r) == _first_file(s)), _first_file(s))
-             for s in moved}):
-        notes.append(f"{_ranks_label(ranks)} {_verb(list(ranks), 'runs', 'run')} another "
-                     f"program ({program}) and {_verb(list(ranks), 'waits', 'wait')} in the same "
-                     "collective through the same code as ranks of the job's program: counted "
-                     "with them")
+    programs: dict[str, list[int]] = {}
+    for s in moved:
+        programs.setdefault(_first_of(s.position or ()), []).append(s.rank)
+    notes = [f"{_ranks_label(ranks)} {_verb(ranks, 'runs', 'run')} another program ({program}) "
+             f"and {_verb(ranks, 'waits', 'wait')} in the same collective through the same code "
+             "as ranks of the job's program: counted with them"
+             for program, ranks in sorted(programs.items())]
     keyed = {id(s) for s in moved}
     return [replace(s, position=chosen[s.position]) if id(s) in keyed else s  # type: ignore[index]
             for s in statuses], notes
@@ -4225,9 +4224,6 @@ def _first_of(position: tuple[object, ...]) -> str:
     frames = _program_frames(position)
     return frames[-1][0] if frames else "?"
 
-
-def _first_file(s: _Status) -> str:
-    return _first_of(s.position or ())
 
 
 def _with_groups(statuses: list[_Status], view: GroupView, world: int | None
@@ -4457,10 +4453,9 @@ def _with_evidence(verdict: Verdict, lines: Iterable[str]) -> Verdict:
 
 
 def _innermost_user_site(finding: LogFinding) -> str:
-    for entry in reversed(finding.fields.get("frames", "").splitlines()):
-        path, _, rest = entry.partition(":")
-        if path and is_user_file(path):
-            return f"{path}:{rest.partition(':')[0]}"
+    for path, line, _function in reversed(_traceback_frames(finding)):
+        if is_user_file(path):
+            return f"{path}:{'' if line is None else line}"
     return finding.fields.get("site", "")
 
 
@@ -4505,6 +4500,7 @@ def _with_caught_error(snapshot: Snapshot, verdict: Verdict, statuses: list[_Sta
         return verdict
     lines: list[str] = []
     clauses: list[str] = []
+    said: set[int] = set()
     went_on = 2 * max(len(statuses), 1)  # lines after it: every rank wrote twice more
     for finding in snapshot.log_findings:
         if finding.kind != "traceback":
@@ -4523,8 +4519,9 @@ def _with_caught_error(snapshot: Snapshot, verdict: Verdict, statuses: list[_Sta
         if len(there) != 1 or there[0].rank not in verdict.culprit_ranks:
             continue
         rank, raised = there[0].rank, _innermost_user_site(finding)
-        if any(f"rank {rank} " in c for c in clauses):
+        if rank in said:
             continue
+        said.add(rank)
         clauses.append(f"rank {rank} caught {finding.text} (raised at {raised}) in {function}, "
                        "where it waits now")
         lines.append(f"traceback in {finding.source}:{finding.line_no}: {finding.text}: caught in "

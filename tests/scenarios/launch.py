@@ -164,8 +164,10 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
         # `srun --multi-prog`: a configuration file gives some tasks (truth "multi_prog": task
         # ids -> [program, args...]) another command than the rest, which run the program.
         config = state_dir / "multi-prog.conf"
-        rank_line = lambda command: shlex.join(["nice", "-n", str(NICENESS), python, "-u",
-                                                *command])
+
+        def rank_line(command: list[str]) -> str:
+            return shlex.join(["nice", "-n", str(NICENESS), python, "-u", *command])
+
         entries = [f"{ids} {rank_line([str(REPO_ROOT / other[0]), *other[1:]])}"
                    for ids, other in truth["multi_prog"].items()]
         entries.append("* " + rank_line([str(program)]))

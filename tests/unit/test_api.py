@@ -240,12 +240,22 @@ def test_a_het_job_is_collected_one_step_a_component_into_one_snapshot(monkeypat
     components = parse_scontrol_job(HET_TEXT)
     monkeypatch.setattr(api, "discover_components", lambda ref, runner: discover_components(
         ref, scontrol))
-    transport = InMemoryTransport({"node002": _unreachable, "node003": _unreachable},
-                                  warnings=["a warning"])
+    class Answering(InMemoryTransport):  # says each component's nodes answered
+        def collect(self, job_id, nodes, options, *, het_group=None, progress=None,
+                    on_started=None, on_document=None):
+            out = super().collect(job_id, nodes, options, het_group=het_group,
+                                  on_started=on_started, on_document=on_document)
+            assert progress is not None
+            progress(len(nodes), len(nodes))
+            return out
+
+    transport = Answering({"node002": _unreachable, "node003": _unreachable},
+                          warnings=["a warning"])
     seen, starts = [], []
     # WHEN its snapshot is collected
     snapshot, warnings = api.collect_snapshot(
-        "5", ONE_SAMPLE, transport=transport, progress=lambda done, total: seen.append(total),
+        "5", ONE_SAMPLE, transport=transport,
+        progress=lambda done, total: seen.append((done, total)),
         meanwhile=lambda: starts.append(1))
     # THEN each component had its own collect, through the leader's id and its --het-group
     assert sorted((c.job_id, c.nodes, c.het_group) for c in transport.calls) == [
@@ -255,4 +265,5 @@ def test_a_het_job_is_collected_one_step_a_component_into_one_snapshot(monkeypat
     assert [n.name for n in snapshot.nodes] == ["node002", "node003"]
     assert (snapshot.job.id, snapshot.job.het_job_id, snapshot.job.het_job_offset) == ("5", "5", None)
     assert sorted(warnings) == ["5+0: a warning", "5+1: a warning"]
-    assert set(seen) <= {2} and starts == [1]
+    # AND the live line counts the whole job's nodes, each component's answers added up
+    assert sorted(seen) == [(1, 2), (2, 2)] and starts == [1]
