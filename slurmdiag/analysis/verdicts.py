@@ -2118,10 +2118,21 @@ def _shared_phase(busy: list[_Status], waiting: list[_Status]) -> bool:
     next sync while the rest wait is how a hung NCCL collective shows, GPU state read or not
     (bigscience's 6 to 2, text dumps without nvidia-smi). What it hides: most ranks in one
     endless Python loop on a CPU job, the few not in it waiting; said, as a slow step, with
-    the ranks and their line."""
+    the ranks and their line. One phase is one function of the job's code, not one line
+    (healthy_shared_python_phase: ranks 1-3 normalising text, one caught at line 29 and two at
+    30 of `normalised`, read as three spinning ranks); a script's top level, no function, is
+    one line."""
+    phases = {_phase_site(s) for s in busy}
     return (bool(waiting) and len(busy) > len(waiting)
-            and len({s.site for s in busy}) == 1 and busy[0].site is not None
+            and len(phases) == 1 and None not in phases
             and not any(_native_step(s) for s in busy))
+
+
+def _phase_site(s: _Status) -> str | None:
+    """file:function of the job's code a busy rank works in (a comprehension's is its
+    function's); its line where that is a module's top level."""
+    site = _busy_sites(s)[-1] if s.site else None
+    return s.site if site is None or site.endswith(":<module>") else site
 
 
 def _shared_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
@@ -3432,6 +3443,25 @@ def _moved_on(digest: RankDigest) -> str:
     return f", data on {len(recent.active)} of its {recent.checked} connections meanwhile"
 
 
+def _looping_in_one_place(statuses: list[_Status]) -> bool:
+    """Every rank whose stack changed between samples busy in one function of the job's code,
+    none of them in or out of a collective, while another rank waits: lines moving inside one
+    call are no step completed (majority_spinning: ranks 1-3 redraw in `while not kept:` in
+    deduplicated_ids for ever, rank 0 waits in the all_reduce; it was "progressing, not hung:
+    3 of 4 ranks changed stack"). Such ranks then go where one look's ranks at one line go (a
+    shared phase, a gated one, a spin): what `--samples 1` says of the same job. What would
+    make it lie: a healthy phase of Python work in one function longer than the look, which
+    the waiting rank skipped (healthy_shared_python_phase): said as a slow step or a hang,
+    info, like a look of one sample; ranks moving in several functions stay progress."""
+    moving = [s for s in statuses if not s.digest.settled]
+    if not moving or not any(s.status == "waiting" for s in statuses):
+        return False
+    sites = {_phase_site(s) for s in moving}
+    site = next(iter(sites))
+    return (all(s.status == "busy" for s in moving) and len(sites) == 1
+            and site is not None and is_user_file(site.rpartition(":")[0]))
+
+
 def _progressing_by_traffic(
     statuses: list[_Status], talking: list[tuple[_Status, int]], traced: int
 ) -> Verdict:
@@ -3543,7 +3573,8 @@ def _hang_verdicts(
 
     multi = [s for s in statuses if len(s.digest.stack_ids) > 1]
     n_moving = sum(1 for s in multi if not s.digest.settled)
-    if movers or (multi and n_moving > len(multi) - n_moving):
+    if movers or (multi and n_moving > len(multi) - n_moving
+                  and not _looping_in_one_place(statuses)):
         return [_progressing(merge, statuses, movers, layout)], False
     # A peer wait's own calls (a store polled with a timeout: a request and a reply each time)
     # are the wait, not collectives completing (found with store_poll: 70 calls in 2 s a rank
