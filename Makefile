@@ -36,7 +36,7 @@ venv: $(VENV)/.installed
 cluster: setup
 	$(CLUSTER) up --nodes $(NODES)
 
-test: setup cluster
+test: setup cluster lint
 	$(VENV)/bin/python -m pytest -q --durations=25
 
 unit: venv
