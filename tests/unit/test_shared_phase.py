@@ -141,3 +141,15 @@ def test_one_rank_computing_while_the_rest_wait_stays_spinning():
     # GIVEN the recorded spinning_rank look: rank 3 in its endless loop, ranks 0-2 waiting
     verdict = top(Snapshot.from_json((ACCURACY / "spinning_rank.look.json").read_text()))
     assert verdict.kind == "spinning" and verdict.culprit_ranks == (3,)
+
+
+def test_lines_moving_inside_one_function_on_gpu_nodes_are_a_spin():
+    # GIVEN majority_spinning's look on nodes with GPUs: no shared phase is read there (a hung
+    # NCCL collective shows as ranks busy at the next sync), and the moving lines are no
+    # progress either: the three ranks are named, critical
+    gpus = GpuState(status="ok", gpus=(Gpu(index=0, uuid="GPU-0", utilization_gpu=100.0),))
+    snapshot = Snapshot.from_json((ACCURACY / "majority_spinning.default.json").read_text())
+    snapshot = replace(snapshot, nodes=tuple(replace(n, gpus=gpus) for n in snapshot.nodes))
+    verdict = top(snapshot)
+    assert (verdict.kind, verdict.severity) == ("spinning", "critical")
+    assert verdict.culprit_ranks == (1, 2, 3)
