@@ -101,12 +101,13 @@ def collect_snapshot(
 
     from slurmdiag.analysis.steps import one_world
     from slurmdiag.assemble import flight_recorder_section
-    from slurmdiag.logs import findings_from_job_logs
+    from slurmdiag.logs import findings_from_job_logs, output_quiet_s
     from slurmdiag.slurm.discover import to_job
     from slurmdiag.snapshot import Snapshot
 
     nodes = tuple(early.node(fanout.nodes[name]) for name in slurm_job.nodes)
     job = to_job(slurm_job)
+    job = dataclasses.replace(job, output_quiet_s=output_quiet_s(job))
     snapshot = one_world(Snapshot(
         job=job,
         nodes=nodes,

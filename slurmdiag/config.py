@@ -208,6 +208,13 @@ def format_duration(seconds: float) -> str:
     return "".join(parts)
 
 
+def output_silence(seconds: float) -> str:
+    """How long a job's output has been silent, as format_duration writes it: to the second
+    under two minutes (``75s``), to the minute above (``47m``, ``1h2m``)."""
+    whole = round(seconds) if seconds < 120 else round(seconds / 60) * 60
+    return format_duration(whole)
+
+
 def _duration(minimum: float = 0.0, maximum: float | None = None) -> Callable[[Any], float]:
     def parse(value: Any) -> float:
         seconds = parse_duration(value)

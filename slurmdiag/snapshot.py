@@ -370,6 +370,9 @@ class Job:
     array_task_id: str | None = None
     het_job_id: str | None = None
     het_job_offset: str | None = None
+    #: Seconds from the last write to the job's stdout/stderr files to the end of the look,
+    #: None when neither could be read here (another host's disk, another user's file).
+    output_quiet_s: float | None = None
 
 
 @dataclass(frozen=True)

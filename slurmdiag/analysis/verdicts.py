@@ -4699,6 +4699,36 @@ def _apart(packed: tuple[tuple[str, Snapshot], ...]) -> Analysis:
     return replace(chosen, verdicts=tuple(verdicts), notes=(note, *chosen.notes))
 
 
+#: The least silence of the job's output files the evidence says (s): a job that logs its
+#: steps writes more often than this; under it, the silence tells nothing.
+OUTPUT_SAID_S = 60.0
+
+
+def _with_output_silence(snapshot: Snapshot, verdict: Verdict) -> Verdict:
+    """The job's first verdict with how long its output files have been silent, when that is a
+    minute or more: the first thing an engineer checks, said as the file's fact. Never a
+    verdict of its own: a rank's prints may wait in its own buffer (Python's stdout to a file
+    is block-buffered without ``-u`` or ``flush=True``), and a job may log once an epoch; with
+    a hang verdict it is the time the job has been silent at least, with progress a contrast
+    worth knowing (the stacks move, the files do not)."""
+    quiet = snapshot.job.output_quiet_s
+    if quiet is None or quiet < OUTPUT_SAID_S:
+        return verdict
+    from slurmdiag.config import output_silence  # only for a silent job's look
+
+    where = snapshot.job.stdout or snapshot.job.stderr or "its output"
+    line = f"the job's output ({where}) was last written {output_silence(quiet)} before the look ended"
+    if verdict.kind == VerdictKind.PROGRESSING:
+        line += (", although its stacks move: its ranks may hold their prints in a buffer "
+                 "(python -u, PYTHONUNBUFFERED=1 or print(..., flush=True) writes them at once) "
+                 "or log seldom")
+    elif verdict.kind in (*HANG_KINDS, VerdictKind.SLOW_STEP):
+        line += ": no line from any rank since (unless its ranks hold their prints in a buffer)"
+    else:
+        return verdict
+    return _with_evidence(verdict, [line])
+
+
 def _diagnose(snapshot: Snapshot) -> Analysis:
     merge = merge_stacks(snapshot)
     layout = _expected_ranks(snapshot, merge)
@@ -4726,6 +4756,7 @@ def _diagnose(snapshot: Snapshot) -> Analysis:
 
     hang = [_with_exit_evidence(snapshot, v) if v.kind == VerdictKind.MISSING_RANK else v for v in hang]
     hang = [_with_caught_error(snapshot, v, statuses) for v in hang]
+    hang = [_with_output_silence(snapshot, v) if i == 0 else v for i, v in enumerate(hang)]
     disagreement = watchdog_disagreement(snapshot)
     if disagreement:
         hang = [

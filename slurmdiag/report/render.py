@@ -633,9 +633,18 @@ def _job_facts(snapshot: Snapshot, analysis: Analysis) -> tuple[tuple[str, str],
         ("Work dir", job.work_dir),
         ("Stdout", job.stdout),
         ("Stderr", job.stderr if job.stderr != job.stdout else None),
+        ("Output last written", _output_written(job.output_quiet_s)),
         *_postmortem_facts(snapshot.postmortem),
     ]
     return tuple((label, value) for label, value in facts if value)
+
+
+def _output_written(quiet_s: float | None) -> str | None:
+    if quiet_s is None:
+        return None
+    from slurmdiag.config import output_silence
+
+    return f"{output_silence(quiet_s)} before the look ended"
 
 
 def _postmortem_facts(section: dict[str, Any] | None) -> list[tuple[str, str | None]]:
