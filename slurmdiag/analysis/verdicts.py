@@ -2139,8 +2139,10 @@ def _shared_step(busy: list[_Status], waiting: list[_Status]) -> Verdict:
     """Ranks in a shared compute phase the waiting ranks are past (_shared_phase): info."""
     ranks = [s.rank for s in busy]
     early = [s.rank for s in waiting]
-    why = (f"{_ranks_label(ranks)} {_verb(ranks, 'computes', 'compute')} at one line "
-           f"({busy[0].site}) while fewer, {_ranks_label(early)}, "
+    one_line = len({s.site for s in busy}) == 1 and all(s.digest.stationary for s in busy)
+    place = f"at one line ({busy[0].site})" if one_line else f"in one function ({_phase_site(busy[0])})"
+    why = (f"{_ranks_label(ranks)} {_verb(ranks, 'computes', 'compute')} {place} "
+           f"while fewer, {_ranks_label(early)}, "
            f"{_verb(early, 'waits', 'wait')} for them in {waiting[0].op}: most of the job at "
            "work in one phase, the waiting ranks past it (less of that work, or none); an "
            "endless loop there looks the same")

@@ -79,6 +79,8 @@ def test_ranks_at_different_lines_of_one_function_share_its_phase():
     assert (verdict.kind, verdict.severity) == ("slow_step", "info")
     assert verdict.culprit_ranks == (1, 2, 3)
     assert any(site.endswith("healthy_shared_python_phase.py:normalised") for site in verdict.sites)
+    assert any("ranks 1-3 compute in one function (" in e and "normalised) while fewer" in e
+               for e in verdict.evidence)
 
 
 def test_a_script_top_level_is_no_one_phase():
