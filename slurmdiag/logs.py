@@ -42,9 +42,9 @@ def findings_from_job_logs(job: Job) -> tuple[LogFinding, ...]:
     return tuple(findings)
 
 
-def output_quiet_s(job: Job, now: float | None = None) -> float | None:
+def output_quiet_s(job: Job) -> float | None:
     """Seconds since the job last wrote to its stdout or stderr file (the latest of the two
-    that can be read under the job-named-path rule), at ``now`` (time.time()); None when
+    that can be read under the job-named-path rule), now; None when
     neither can. A rank's prints may sit in its own buffer (Python's stdout to a file is
     block-buffered without ``-u`` or ``flush=True``): a fact about the file, not about the job."""
     owner = job_uid(job.user)
@@ -61,4 +61,4 @@ def output_quiet_s(job: Job, now: float | None = None) -> float | None:
         latest = mtime if latest is None else max(latest, mtime)
     if latest is None:
         return None
-    return round(max(0.0, (time.time() if now is None else now) - latest), 1)
+    return round(max(0.0, time.time() - latest), 1)
