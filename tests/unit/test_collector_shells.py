@@ -22,13 +22,24 @@ def cmdline(pid: int) -> list[str]:
 
 
 def started(script: Path, *args: str, cwd: Path | None = None) -> subprocess.Popen:
-    """bash running ``script``, once it has a child (or after 5 s)."""
+    """bash running ``script``, once a process below it runs ``sleep`` (or after 5 s): its first
+    child alone may be a pipeline's subshell that has not forked its command yet."""
     proc = subprocess.Popen(["bash", str(script), *args], cwd=cwd, stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 5
-    while not children(proc.pid) and time.monotonic() < deadline:
+    while not _runs_sleep(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     return proc
+
+
+def _runs_sleep(pid: int) -> bool:
+    for kid in _descendants(pid):
+        try:
+            if Path(f"/proc/{kid}/comm").read_text().strip() == "sleep":
+                return True
+        except OSError:
+            continue
+    return False
 
 
 @pytest.fixture
