@@ -210,7 +210,7 @@ def format_duration(seconds: float) -> str:
 
 def output_silence(seconds: float) -> str:
     """How long a job's output has been silent, as format_duration writes it: to the second
-    under two minutes (``75s``), to the minute above (``47m``, ``1h2m``)."""
+    under two minutes (``1m15s``), to the minute above (``47m``, ``1h2m``)."""
     whole = round(seconds) if seconds < 120 else round(seconds / 60) * 60
     return format_duration(whole)
 

@@ -109,9 +109,22 @@ def _header(snapshot: Snapshot, analysis: Analysis) -> str:
         parts.append(f"ended {clean(job.state)}" + (f" after {clean(job.run_time)}" if job.run_time else ""))
     elif job.run_time:
         parts.append(f"running {clean(job.run_time)}")
+    if snapshot.postmortem is None and (quiet := _output_quiet(job.output_quiet_s)):
+        parts.append(quiet)
     if snapshot.created:
         parts.append(f"snapshot {clean(snapshot.created)}")
     return "slurmdiag: " + " · ".join(parts)
+
+
+def _output_quiet(quiet_s: float | None) -> str | None:
+    """``output quiet 47m`` from the minute the first verdict says it on: under that, a step's
+    ordinary gap between two log lines."""
+    from slurmdiag.analysis.verdicts import OUTPUT_SAID_S
+    from slurmdiag.config import output_silence
+
+    if quiet_s is None or quiet_s < OUTPUT_SAID_S:
+        return None
+    return f"output quiet {output_silence(quiet_s)}"
 
 
 def _verdict_lines(analysis: Analysis, paint: Paint) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 from scenarios.launch import load_truth, suite_scenarios
 
 from slurmdiag.api import attach_job, collect_snapshot
+from slurmdiag.config import output_silence
 from slurmdiag.options import AttachOptions
 
 pytestmark = pytest.mark.cluster
@@ -421,6 +422,37 @@ def test_progress_is_shown_on_a_terminal_only(scenario_run, tmp_path):
     nodes = len(run_nodes(run.job_id))
     assert f"nodes answered {nodes}/{nodes}".encode() in seen
     assert b"nodes answered" not in done.stdout
+
+
+
+def test_an_hour_of_silent_output_is_said_in_the_first_verdict(scenario_run, tmp_path):
+    # GIVEN a hung job whose output file was last written an hour ago (its mtime set back)
+    run = scenario_run("rank_gated_collective")
+    files = run.output_files()
+    assert files, run.output_tail()
+    kept = {f: f.stat() for f in files}
+    for f, st in kept.items():
+        os.utime(f, (st.st_atime, st.st_mtime - 3600))
+    try:
+        result = run_cli("attach", run.job_id, "--samples", "1", "--strace", "0",
+                         "--no-report", "--out", str(tmp_path))
+    finally:
+        for f, st in kept.items():
+            os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert result.returncode == 0, result.stderr
+    # THEN the snapshot holds the silence, read from the job's own file
+    snapshot = json.loads((tmp_path / "snapshot.json").read_text())
+    quiet = snapshot["job"]["output_quiet_s"]
+    assert 3600 <= quiet < 3600 + 900, quiet
+    # AND the first verdict (rank 0 gated into its barrier) says it as the file's fact, and
+    # the terminal's header says it too
+    first = snapshot["verdicts"][0]
+    assert first["culprit_ranks"] == [0], first
+    said = [e for e in first["evidence"] if "no line from any rank since" in e]
+    assert len(said) == 1, first["evidence"]
+    assert f"was last written {output_silence(quiet)} before" in said[0], said
+    header = result.stdout.splitlines()[0]
+    assert f" · output quiet {output_silence(quiet)} · " in header, header
 
 
 HET_SCRIPT = """#!/bin/bash

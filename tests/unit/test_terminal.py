@@ -150,3 +150,19 @@ def test_an_array_task_is_named_as_squeue_shows_it() -> None:
     # THEN the header names the task as 1_0, its job id after it
     header = format_summary(snapshot, pinned(snapshot), color=False, report_path=None)[0]
     assert header.startswith("slurmdiag: job 1_0 (job id 2)")
+
+
+@pytest.mark.parametrize(("quiet_s", "said"), [(None, None), (59.0, None), (75.0, "output quiet 1m15s"),
+                                               (2832.0, "output quiet 47m")])
+def test_the_header_says_a_minute_or_more_of_silent_output(quiet_s, said) -> None:
+    # GIVEN the job's output files last written quiet_s before the look ended
+    snapshot = rank_gated_job(JobShape())
+    snapshot = dataclasses.replace(snapshot, job=dataclasses.replace(snapshot.job,
+                                                                     output_quiet_s=quiet_s))
+    header = format_summary(snapshot, pinned(snapshot), color=False, report_path=None)[0]
+    # THEN the header says it from a minute on, after the run time, and not before
+    parts = header.split(" · ")
+    if said is None:
+        assert not any(p.startswith("output quiet") for p in parts), header
+    else:
+        assert parts[parts.index(said) - 1].startswith("running "), header
