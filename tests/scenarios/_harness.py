@@ -276,3 +276,21 @@ def run_then_barrier(prepare: Callable[[RankInfo], None]) -> None:
     prepare(info)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def train_in_epochs(info: RankInfo, epochs: int, steps_per_epoch: int,
+                    before_epoch: Callable[[int], None]) -> None:
+    """Train for ``epochs`` of ``steps_per_epoch`` logged steps, calling ``before_epoch(epoch)``
+    first in each (the scenario's own phase); ready (a healthy control) after epoch 1."""
+    import _training as training  # torch: imported by the ranks only
+
+    model = training.build_model()
+    step = 0
+    for epoch in range(epochs):
+        before_epoch(epoch)
+        for _ in range(steps_per_epoch):
+            loss = training.train_step(model, training.synthetic_batch(info.rank, step))
+            log(info, f"step {step} loss {loss:.4f}")
+            step += 1
+        if epoch == 1:
+            report_ready(info, "training", role="healthy")

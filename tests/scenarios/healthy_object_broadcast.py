@@ -15,7 +15,6 @@ from __future__ import annotations
 import pickle
 
 import _harness as harness
-import _training as training
 import torch
 import torch.distributed as dist
 
@@ -49,18 +48,12 @@ def share(plan: object | None, src: int = 0) -> object:
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    model = training.build_model()
-    step = 0
-    for epoch in range(EPOCHS):
+    def take_plan(epoch: int) -> None:
         plan = share(plan_shards(epoch, info.world_size) if info.rank == 0 else None)
         mine = sum(1 for owner, _ in plan.values() if owner == info.rank)
         harness.log(info, f"epoch {epoch}: {mine} documents")
-        for _ in range(STEPS_PER_EPOCH):
-            loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-            harness.log(info, f"step {step} loss {loss:.4f}")
-            step += 1
-        if epoch == 1:
-            harness.report_ready(info, "training", role="healthy")
+
+    harness.train_in_epochs(info, EPOCHS, STEPS_PER_EPOCH, take_plan)
     dist.destroy_process_group()
 
 

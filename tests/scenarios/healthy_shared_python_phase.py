@@ -11,7 +11,6 @@ majority_spinning, healthy. Must never alarm.
 from __future__ import annotations
 
 import _harness as harness
-import _training as training
 import torch.distributed as dist
 
 #: Documents a raw rank normalises each epoch: ~10 s of Python on a shared core, so that most looks fall inside it.
@@ -36,17 +35,12 @@ def normalised(epoch: int, rank: int) -> int:
 def main() -> None:
     info = harness.setup()
     harness.init_distributed(info)
-    model = training.build_model()
-    step = 0
-    for epoch in range(EPOCHS):
+
+    def clean_shard(epoch: int) -> None:
         if info.rank != 0:
             harness.log(info, f"epoch {epoch}: {normalised(epoch, info.rank)} documents kept")
-        for _ in range(STEPS_PER_EPOCH):
-            loss = training.train_step(model, training.synthetic_batch(info.rank, step))
-            harness.log(info, f"step {step} loss {loss:.4f}")
-            step += 1
-        if epoch == 1:
-            harness.report_ready(info, "training", role="healthy")
+
+    harness.train_in_epochs(info, EPOCHS, STEPS_PER_EPOCH, clean_shard)
     dist.destroy_process_group()
 
 
