@@ -273,6 +273,7 @@ def _rank(proc: nd.Process, workers: list[WorkerProcess]) -> Rank:
         blocked_calls=_blocked_calls(proc.get("blocked_calls")),
         workers=tuple(workers),
         errors=tuple(proc.get("errors") or ()),
+        called_target=_text(proc.get("called_target")),
     )
 
 
@@ -287,8 +288,12 @@ def _other(proc: nd.Process) -> WorkerProcess:
         recent_traffic=_recent_traffic(proc.get("recent_traffic")),
         io_rate=_int(proc.get("io_rate")),
         via=_pids(proc.get("via")),
-        script_line=proc.get("script_line") if isinstance(proc.get("script_line"), str) else None,
+        script_line=_text(proc.get("script_line")),
     )
+
+
+def _text(raw: object) -> str | None:
+    return raw if isinstance(raw, str) else None
 
 
 def _pids(raw: object) -> tuple[int, ...] | None:

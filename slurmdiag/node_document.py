@@ -179,6 +179,7 @@ class Process(TypedDict, total=False):
     file_locks: list[FileLock]
     tracer: Tracer
     blocked_calls: list[BlockedCall]
+    called_target: str  # "path:line" passing a call as a thread's target (collector/sources.py)
     flight_recorder: FlightRecorder
     errors: list[str]
 

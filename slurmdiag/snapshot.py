@@ -248,6 +248,10 @@ class Rank:
     blocked_calls: tuple[BlockedCall, ...] = ()
     workers: tuple[WorkerProcess, ...] = ()
     errors: tuple[str, ...] = ()
+    # "path:line" of the job's own line that passed a call as a thread's target
+    # (Thread(target=server.serve_forever())), its main thread inside that call in the last
+    # sample (collector/sources.py; the line's text stays on the node); None when none did
+    called_target: str | None = None
 
 
 @dataclass(frozen=True)

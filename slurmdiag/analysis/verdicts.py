@@ -1091,7 +1091,7 @@ def _serving(s: _Status) -> str | None:
     frames = s.info.frames if s.info is not None else ()  # innermost first
     at = _serve_loop_at(frames)
     samples = [x for x in s.digest.proc.samples if x.threads]
-    if at is None or not samples or _handlers_in_flight(s.digest):
+    if at is None or not samples or _handlers_in_flight(s.digest) or _called_target(s):
         return None
     main = main_thread(samples[-1], s.digest.proc.pid)
     if any(f.file.endswith("distributed/distributed_c10d.py")
@@ -1162,6 +1162,49 @@ def _commanded_by(waiting: list[_Status], serving: list[_Status]) -> bool:
     return bool(waiting) and all(
         (s.op in ("broadcast", "broadcast_object_list") and _root_of(s) in roots)
         or (s.op == "recv" and _peer_of(s) in roots) for s in waiting)
+
+
+def _called_target(s: _Status) -> tuple[str, str] | None:
+    """(the job's line, the function it called) where the rank's main thread runs a call its
+    own line passed as a thread's target (``Thread(target=server.serve_forever())``: the call
+    runs there, and a server's loop never returns), read on the node (``called_target``) at a
+    frame of the stack the status was read from; None otherwise. What makes it lie: a target
+    factory (``target=make_worker(cfg)`` returning the function) the main thread is still
+    inside: said of the factory too, its place right."""
+    at = s.digest.proc.called_target
+    frames = s.info.frames if s.info is not None else ()  # innermost first
+    for i in range(1, len(frames)):
+        if at == f"{frames[i].file}:{frames[i].line}":
+            return at, frames[i - 1].function.rsplit(".", 1)[-1]
+    return None
+
+
+def _with_called_target(verdict: Verdict, blocked: list[_Status]) -> Verdict:
+    """The straggler verdict said as a thread's target called on the main thread (_called_target),
+    when a blocked rank's is: its line first among the sites, what it means and how to mend it."""
+    called = [(s, found) for s in blocked if (found := _called_target(s))]
+    if not called:
+        return verdict
+    s, (line, function) = called[0]
+    ranks = [c.rank for c, _ in called]
+    _head, sep, tail = verdict.summary.partition(" while ")
+    said = (f"{_ranks_label(ranks)} {_verb(ranks, 'runs', 'run')} a thread's target on "
+            f"{'its' if len(ranks) == 1 else 'their'} main thread: {line} passes the call "
+            f"{function}() as the target, not the function, so it runs there and has not "
+            "returned,")
+    why = (f"rank {s.rank}'s main thread is inside {function}, called from {line}, whose line "
+           f"gives target= the call {function}(...) (read on the node): "
+           "threading.Thread and multiprocessing.Process take the function and call it on the "
+           "thread they start; given its call, the calling thread runs it first")
+    return replace(
+        verdict,
+        summary=said + (sep + tail if sep else ""),
+        sites=_unique([line, *verdict.sites]),
+        evidence=(*verdict.evidence, why),
+        next_step=(f"pass the function, not its call: target={function} without the "
+                   f"parentheses (arguments in args=/kwargs=), so the thread runs it and the "
+                   "main thread goes on; until then the rank never leaves that line"),
+    )
 
 
 def _serving_step(serving: list[tuple[_Status, str]], waiting: list[_Status]) -> Verdict:
@@ -3680,8 +3723,9 @@ def _hang_verdicts(
         verdicts.append(_serving_step(serving, waiting))
         blocked = []
     if blocked and (waiting or dead or layout.missing or ended):
-        verdicts.append(_with_dead_threads(_straggler(blocked, waiting, severity), blocked,
-                                           snapshot.log_findings))
+        verdicts.append(_with_dead_threads(
+            _with_called_target(_straggler(blocked, waiting, severity), blocked), blocked,
+            snapshot.log_findings))
         if ended and layout.missing:
             gone = (f"{_ranks_label(layout.missing)} {_verb(layout.missing, 'has', 'have')} "
                     "no process: ended, most likely as the ranks above did (every rank left is "

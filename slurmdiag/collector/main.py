@@ -34,6 +34,7 @@ from .options import ArgsError, read_options
 from .procfs import _read, allowed_env, read_stat, read_tracer
 from .shells import shell_line
 from .sockets import connection_list, recent_activity, socket_inode, tcp_sockets
+from .sources import called_target
 from .stacks import (
     _in_dataloader_loop,
     _io_counters,
@@ -164,6 +165,7 @@ def collect(options, clock, doc, status):
     watch_tasks(run)
     _enter_phase(status, "process state")
     read_process_state(run)
+    read_called_targets(run)
     _enter_phase(status, "strace")
     if run.tracing is not None:
         finish_strace(*run.tracing)
@@ -589,6 +591,20 @@ def read_process_state(run):
     for entry in run.ranks:
         if entry["pid"] in locks:
             entry["file_locks"] = locks[entry["pid"]]
+
+
+def read_called_targets(run):
+    """A rank's ``called_target``: the line of its own code that passed a call as a thread's
+    target, its main thread inside that call in its last sample (collector/sources.py)."""
+    cache = {}  # type: dict
+    try:
+        for entry in run.ranks:
+            sample = next((x for x in reversed(entry["samples"]) if x.get("threads")), None)
+            found = sample and called_target(entry["pid"], sample["threads"], cache)
+            if found:
+                entry["called_target"] = found
+    except Exception as exc:  # noqa: BLE001 - an extra reading: it must not cost the document
+        run.errors.append(f"thread targets not read: collector bug: {exc!r}")
 
 
 # read_stat, past our own strace's syscall stops while it traces the ranks.

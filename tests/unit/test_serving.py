@@ -10,6 +10,7 @@ straggler verdict on a healthy service."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from snapfactory import map_every_rank, recorded
@@ -96,9 +97,10 @@ def test_a_handler_stuck_on_the_main_thread_inside_the_loop_is_no_idle_service()
 
 
 def test_a_training_rank_serving_on_its_main_thread_by_mistake_is_named_in_the_next_step() -> None:
-    # GIVEN serve_thread_called (recorded): rank 0 ran Thread(target=server.serve_forever())
-    # after epoch 0, so it serves on its main thread; ranks 1-3 wait in the next epoch's
-    # broadcast of its seed from rank 0: the stacks of an idle service, a known miss
+    # GIVEN serve_thread_called (recorded before the node read its line): rank 0 ran
+    # Thread(target=server.serve_forever()) after epoch 0, so it serves on its main thread;
+    # ranks 1-3 wait in the next epoch's broadcast of its seed from rank 0: the stacks alone
+    # are an idle service's
     verdict = diagnose(recorded("serve_thread_called.default")).verdicts[0]
     assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == ("idle", "info", (0,))
     # THEN the culprit's line is the one that started the server, and the next step says how
@@ -106,3 +108,41 @@ def test_a_training_rank_serving_on_its_main_thread_by_mistake_is_named_in_the_n
     assert verdict.sites[0].endswith("tests/scenarios/serve_thread_called.py:43")
     assert "If the job trains rather than serves" in (verdict.next_step or "")
     assert "Thread(target=server.serve_forever())" in (verdict.next_step or "")
+
+
+def _called_at(rank_no: int, place_of: Callable[[Rank], str]) -> Callable[[Rank], Rank]:
+    def change(rank: Rank) -> Rank:
+        return replace(rank, called_target=place_of(rank)) if rank.rank == rank_no else rank
+    return change
+
+
+def _line_43(rank: Rank) -> str:
+    frames = rank.samples[-1].threads[0].frames
+    file = next(f.file for f in frames if f.file.endswith("serve_thread_called.py"))
+    return f"{file}:43"
+
+
+def test_a_thread_target_called_on_the_main_thread_is_a_straggler_at_that_line() -> None:
+    # GIVEN the same look, with what the node reads of rank 0's line 43 since session 33:
+    # it passes serve_forever's call as the Thread's target (called_target)
+    snapshot = map_every_rank(recorded("serve_thread_called.default"), _called_at(0, _line_43))
+    verdict = diagnose(snapshot).verdicts[0]
+    # THEN no idle service: rank 0 is the critical straggler, at that line, said as the mistake
+    assert (verdict.kind, verdict.severity, verdict.culprit_ranks) == (
+        "straggler", "critical", (0,))
+    assert verdict.sites[0].endswith("tests/scenarios/serve_thread_called.py:43")
+    assert verdict.summary.startswith(
+        "rank 0 runs a thread's target on its main thread: ")
+    assert "passes the call serve_forever() as the target" in verdict.summary
+    assert "while ranks 1-3 wait in broadcast" in verdict.summary
+    assert "target=serve_forever without the parentheses" in (verdict.next_step or "")
+
+
+def test_a_called_target_off_the_stack_changes_nothing() -> None:
+    # GIVEN the healthy service, its rank 0 said to have called a target at a line that is no
+    # frame of its stack (a reading from another moment): the service stays idle, not hung
+    snapshot = map_every_rank(recorded("healthy_generation_server.samples1"),
+                              _called_at(0, lambda rank: "/elsewhere/train.py:1"))
+    verdicts = diagnose(snapshot).verdicts
+    assert verdicts[0].kind == "idle"
+    assert all(v.severity == "info" for v in verdicts)
