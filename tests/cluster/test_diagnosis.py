@@ -89,6 +89,30 @@ def test_healthy_job_is_never_flagged_across_five_attaches(scenario_run):
                    for c in recent.active), (rank.rank, recent)
 
 
+
+def test_a_server_run_on_the_main_thread_by_mistake_is_hung_and_a_service_is_not(scenario_run):
+    # GIVEN a training rank that ran Thread(target=server.serve_forever()) and a model served
+    # on rank 0's main thread by design, the two with the same stacks
+    mistake = scenario_run("serve_thread_called")
+    service = scenario_run("healthy_generation_server")
+    snapshot = attach_job(mistake.job_id, AttachOptions(samples=1), write=False).snapshot
+    # THEN the node read rank 0's line that passed the call as the target ...
+    by_rank = {r.rank: r for _, r in snapshot.all_ranks()}
+    assert by_rank[0].called_target is not None
+    assert site_matches(by_rank[0].called_target, mistake.truth), by_rank[0].called_target
+    assert all(by_rank[r].called_target is None for r in (1, 2, 3))
+    # ... and rank 0 is the straggler there, said as that mistake (a warning from one sample:
+    # a stack seen once is not yet seen not to move)
+    verdict = top_verdict(snapshot)
+    assert (verdict.kind, list(verdict.culprit_ranks)) == ("straggler", [0]), verdict
+    assert site_matches(verdict.sites[0], mistake.truth), verdict.sites
+    assert "passes the call serve_forever() as the target" in verdict.summary
+    # AND the service, which serves on its main thread by design, is idle, not hung
+    served = attach_job(service.job_id, AttachOptions(samples=1), write=False).snapshot
+    assert all(r.called_target is None for _, r in served.all_ranks())
+    assert [v.kind for v in served.verdicts][:1] == ["idle"], served.verdicts
+    assert not [v for v in served.verdicts if v.severity in HANG_SEVERITIES]
+
 def test_verdicts_in_terminal_output_json_and_report(scenario_run, tmp_path):
     # GIVEN a hung job
     run = scenario_run("rank_gated_collective")
