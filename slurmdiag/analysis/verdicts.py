@@ -1187,11 +1187,15 @@ def _with_called_target(verdict: Verdict, blocked: list[_Status]) -> Verdict:
         return verdict
     s, (line, function) = called[0]
     ranks = [c.rank for c, _ in called]
+    # a server's accept loop is a thread's work, never a factory of it; another function may
+    # be one (target=make_worker(cfg) returns the function): said as what it can be
+    loop = s.info is not None and _serve_loop_at(s.info.frames) is not None
+    unless = "" if loop else f" (unless {function} is a factory that returns the function)"
     _head, sep, tail = verdict.summary.partition(" while ")
     said = (f"{_ranks_label(ranks)} {_verb(ranks, 'runs', 'run')} a thread's target on "
             f"{'its' if len(ranks) == 1 else 'their'} main thread: {line} passes the call "
-            f"{function}() as the target, not the function, so it runs there and has not "
-            "returned,")
+            f"{function}() as the target, not the function{unless}, so it runs there and has "
+            "not returned,")
     why = (f"rank {s.rank}'s main thread is inside {function}, called from {line}, whose line "
            f"gives target= the call {function}(...) (read on the node): "
            "threading.Thread and multiprocessing.Process take the function and call it on the "
@@ -1203,7 +1207,9 @@ def _with_called_target(verdict: Verdict, blocked: list[_Status]) -> Verdict:
         evidence=(*verdict.evidence, why),
         next_step=(f"pass the function, not its call: target={function} without the "
                    f"parentheses (arguments in args=/kwargs=), so the thread runs it and the "
-                   "main thread goes on; until then the rank never leaves that line"),
+                   "main thread goes on; until then the rank never leaves that line"
+                   + ("" if loop else f". If {function} only builds the thread's function "
+                      "(a factory), the rank is held inside it: look at what it waits for")),
     )
 
 

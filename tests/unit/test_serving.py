@@ -146,3 +146,29 @@ def test_a_called_target_off_the_stack_changes_nothing() -> None:
     verdicts = diagnose(snapshot).verdicts
     assert verdicts[0].kind == "idle"
     assert all(v.severity == "info" for v in verdicts)
+
+def _job_caller(rank: Rank) -> str:
+    """The first frame of the job's code (innermost first) that calls another function."""
+    frames = rank.samples[-1].threads[0].frames
+    caller = next(f for f in frames[1:] if "/tests/scenarios/" in f.file)
+    return f"{caller.file}:{caller.line}"
+
+
+def test_a_called_target_that_may_be_a_factory_is_said_as_what_it_can_be() -> None:
+    # GIVEN a straggler blocked in the job's own function (zero_optimizer_straggler's rank 2,
+    # recorded),
+    # said to be inside a call its caller's line passed as a target: no server's loop, so the
+    # call may be a factory returning the thread's function (target=make_worker(cfg))
+    # (its log's traceback of a dead thread left out: that verdict's next step would be about it)
+    snapshot = replace(recorded("zero_optimizer_straggler.default"), log_findings=())
+    snapshot = map_every_rank(snapshot, _called_at(2, _job_caller))
+    caller = _job_caller(next(r for _, r in snapshot.all_ranks() if r.rank == 2))
+    verdict = diagnose(snapshot).verdicts[0]
+    # THEN the straggler stays rank 2, its caller's line first, and the factory is left open
+    assert (verdict.kind, verdict.culprit_ranks) == ("straggler", (2,))
+    assert verdict.sites[0] == caller
+    assert "is a factory that returns the function)" in verdict.summary
+    assert "(a factory), the rank is held inside it" in (verdict.next_step or "")
+    # AND a server's loop is said without that doubt
+    served = map_every_rank(recorded("serve_thread_called.default"), _called_at(0, _line_43))
+    assert "factory" not in diagnose(served).verdicts[0].summary
