@@ -593,9 +593,17 @@ def read_process_state(run):
             entry["file_locks"] = locks[entry["pid"]]
 
 
+#: Kernel waits of a process on a mount's answer (FUSE, NFS's RPC): a node where one shows reads
+#: none of the job's files.
+_MOUNT_WAITS = ("request_wait_answer", "rpc_wait", "nfs_")
+
+
 def read_called_targets(run):
     """A rank's ``called_target``: the line of its own code that passed a call as a thread's
     target, its main thread inside that call in its last sample (collector/sources.py)."""
+    if any(e.get("state") == "D" or any(w in (e.get("wchan") or "") for w in _MOUNT_WAITS)
+           for e in run.entries):
+        return  # a mount that does not answer would hold the collector in its stat of a file
     cache = {}  # type: dict
     try:
         for entry in run.ranks:

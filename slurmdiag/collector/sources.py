@@ -114,10 +114,14 @@ def called_target(pid, threads, cache):
     """"path:line" of the frame of ``pid``'s main thread (in ``threads``, py-spy's, innermost
     frame first) whose line passes a call of the function just inside it as a thread's or a
     process' target: the call runs there, on the main thread; None when no frame does.
-    What makes it lie: a target factory, ``target=make_worker(cfg)`` returning the function,
-    while the main thread is still inside the factory: it is said of the factory too."""
+    A main thread in a torch.distributed call is not looked at (a waiting rank: most ranks of
+    a hang; no file read). What makes it lie: a target factory, ``target=make_worker(cfg)``
+    returning the function, while the main thread is still inside the factory: it is said of
+    the factory too."""
     main = next((t for t in threads if t.get("os_thread_id") == pid), None)
     frames = (main or {}).get("frames") or ()
+    if any("/torch/distributed/" in (f.get("filename") or "") for f in frames):
+        return None  # in a collective: whatever called it, it runs where it should
     for i in range(1, len(frames)):  # no itertools.pairwise: the node's Python may be older
         inner, frame = frames[i - 1], frames[i]
         path, line = frame.get("filename"), frame.get("line")

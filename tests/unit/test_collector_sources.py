@@ -129,3 +129,51 @@ def test_a_file_that_is_not_regular_or_too_large_is_not_read(tmp_path: Path) -> 
             {"name": "main", "filename": str(path), "line": 1, "module": None}]}]
         # THEN no line is named, and the FIFO's read did not block
         assert called_target(os.getpid(), threads, {}) is None
+
+
+def _serving_rank(pid: int, script: Path) -> dict:
+    return {"pid": pid, "state": "S", "wchan": "do_select", "samples": [{"threads": [
+        {"os_thread_id": pid, "frames": [
+            {"name": "BaseServer.serve_forever", "filename": "/usr/lib/python3.11/socketserver.py",
+             "line": 233, "module": None},
+            {"name": "start_status_server", "filename": str(script), "line": 1, "module": None}]}]}]}
+
+
+@pytest.mark.parametrize(("state", "wchan", "read"), [
+    ("S", "do_select", True),
+    ("D", "io_schedule", False),  # a process of the node in the kernel: a mount may not answer
+    ("S", "request_wait_answer", False),  # a FUSE file system's answer awaited
+])
+def test_no_file_is_read_on_a_node_where_a_mount_may_not_answer(tmp_path, state, wchan, read):
+    # GIVEN a rank serving on its main thread through a called target, and another process of
+    # the node in the given state
+    import os
+    from types import SimpleNamespace
+
+    from slurmdiag.collector.main import read_called_targets
+
+    script = tmp_path / "serve.py"
+    script.write_text("threading.Thread(target=server.serve_forever()).start()\n")
+    rank = _serving_rank(os.getpid(), script)
+    run = SimpleNamespace(ranks=[rank], entries=[rank, {"state": state, "wchan": wchan}],
+                          errors=[])
+    read_called_targets(run)
+    # THEN the place is read only where no process waits on a mount
+    assert rank.get("called_target") == (f"{script}:1" if read else None)
+    assert run.errors == []
+
+
+def test_a_main_thread_in_a_collective_is_not_looked_at(tmp_path) -> None:
+    # GIVEN a main thread in all_reduce below a line that passes a call as a target
+    import os
+
+    script = tmp_path / "train.py"
+    script.write_text("Thread(target=all_reduce()).start()\n")
+    threads = [{"os_thread_id": os.getpid(), "frames": [
+        {"name": "all_reduce", "filename": "/venv/lib/python3.11/site-packages/torch/distributed/"
+         "distributed_c10d.py", "line": 3252, "module": None},
+        {"name": "main", "filename": str(script), "line": 1, "module": None}]}]
+    cache: dict = {}
+    # THEN no line is named and no file was read
+    assert called_target(os.getpid(), threads, cache) is None
+    assert cache == {}
