@@ -1202,6 +1202,9 @@ def _with_called_target(verdict: Verdict, blocked: list[_Status]) -> Verdict:
            "thread they start; given its call, the calling thread runs it first")
     return replace(
         verdict,
+        # a server's loop called so returns only once another thread calls its shutdown(), and
+        # the thread meant to run it never started: one sample is look enough
+        severity="critical" if loop else verdict.severity,
         summary=said + (sep + tail if sep else ""),
         sites=_unique([line, *verdict.sites]),
         evidence=(*verdict.evidence, why),

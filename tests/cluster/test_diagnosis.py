@@ -101,10 +101,11 @@ def test_a_server_run_on_the_main_thread_by_mistake_is_hung_and_a_service_is_not
     assert by_rank[0].called_target is not None
     assert site_matches(by_rank[0].called_target, mistake.truth), by_rank[0].called_target
     assert all(by_rank[r].called_target is None for r in (1, 2, 3))
-    # ... and rank 0 is the straggler there, said as that mistake (a warning from one sample:
-    # a stack seen once is not yet seen not to move)
+    # ... and rank 0 is the critical straggler there from one sample, said as that mistake (a
+    # server's loop called so returns only on a shutdown())
     verdict = top_verdict(snapshot)
-    assert (verdict.kind, list(verdict.culprit_ranks)) == ("straggler", [0]), verdict
+    assert (verdict.kind, verdict.severity, list(verdict.culprit_ranks)) == (
+        "straggler", "critical", [0]), verdict
     assert site_matches(verdict.sites[0], mistake.truth), verdict.sites
     assert "passes the call serve_forever() as the target" in verdict.summary
     # AND the service, which serves on its main thread by design, is idle, not hung

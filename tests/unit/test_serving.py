@@ -172,3 +172,17 @@ def test_a_called_target_that_may_be_a_factory_is_said_as_what_it_can_be() -> No
     # AND a server's loop is said without that doubt
     served = map_every_rank(recorded("serve_thread_called.default"), _called_at(0, _line_43))
     assert "factory" not in diagnose(served).verdicts[0].summary
+
+
+def test_a_server_loop_called_as_a_target_is_critical_from_one_sample() -> None:
+    # GIVEN serve_thread_called's look cut to its last sample (a --samples 1 look), rank 0's
+    # called target read
+    def last_only(rank: Rank) -> Rank:
+        return replace(rank, samples=rank.samples[-1:])
+    snapshot = map_every_rank(recorded("serve_thread_called.default"), last_only)
+    plain = diagnose(snapshot).verdicts[0]
+    called = diagnose(map_every_rank(snapshot, _called_at(0, _line_43))).verdicts[0]
+    # THEN without the reading the look is no critical verdict (a straggler of one sample is a
+    # warning), but the loop called there is critical: it returns only on a shutdown()
+    assert plain.severity != "critical", plain
+    assert (called.kind, called.severity, called.culprit_ranks) == ("straggler", "critical", (0,))
