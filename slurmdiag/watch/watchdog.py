@@ -305,6 +305,29 @@ def skip_reason(job: SlurmJob, watch: WatchSettings) -> str | None:
     return None
 
 
+def whole_het_jobs(jobs: Iterable[SlurmJob]) -> dict[str, SlurmJob]:
+    """{leader's job id: the whole het job} for the heterogeneous jobs among ``jobs`` (squeue's
+    rows, one a component): the leader's row with every component's nodes, tasks and
+    partitions, for the filters of ``[watch]`` (a job of a gpu component beside a cpu leader is
+    a gpu job; its nodes are all its components'). Attaching by the leader's id looks at
+    every component."""
+    from slurmdiag.slurm.discover import whole_het_job
+
+    components: dict[str, list[SlurmJob]] = {}
+    for job in jobs:
+        if job.het_job_id and job.het_job_offset is not None:
+            components.setdefault(job.het_job_id, []).append(job)
+    out = {}
+    for het_id, rows in components.items():
+        rows.sort(key=lambda j: j.het_job_offset or 0)
+        if rows[0].het_job_offset != 0 or rows[0].job_id != het_id:
+            continue  # no leader row among them: each is filtered as it is
+        partitions = dict.fromkeys(p for j in rows for p in (j.partition or "").split(",") if p)
+        out[het_id] = dataclasses.replace(whole_het_job(rows),
+                                          partition=",".join(partitions) or None)
+    return out
+
+
 _SLURM_DURATION_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$")
 
 
@@ -710,7 +733,9 @@ class _Pass:
     def run(self) -> WatchResult:
         jobs, mode = self.dog.list_running_jobs()
         running = {job.job_id: job for job in jobs if (job.state or "").upper() == "RUNNING"}
-        selected = [job for job in running.values() if skip_reason(job, self.watch) is None]
+        whole = whole_het_jobs(running.values())
+        selected = [job for job in running.values()
+                    if skip_reason(whole.get(job.job_id, job), self.watch) is None]
 
         self._handle_gone(set(running))
         candidates = []

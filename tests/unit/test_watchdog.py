@@ -45,6 +45,7 @@ from slurmdiag.watch.watchdog import (
     report_url_for,
     run_once,
     skip_reason,
+    whole_het_jobs,
 )
 
 if TYPE_CHECKING:
@@ -538,6 +539,27 @@ def test_skip_reasons() -> None:
     other = dataclasses.replace(base, job_id="6", het_job_id="5", het_job_offset=1)
     assert skip_reason(leader, watch) is None
     assert skip_reason(other, watch) == "component of het job 5, looked at with its leader"
+
+
+def test_a_het_job_is_filtered_as_a_whole() -> None:
+    # GIVEN a het job whose leader runs on 1 cpu node and its component on 1 gpu node, and a
+    # watch of gpu jobs of 2 nodes or more
+    watch = WatchSettings(partitions=("gpu",), min_nodes=2)
+    leader = SlurmJob(job_id="5", name="train", user="alice", state="RUNNING", partition="cpu",
+                      nodes=("node001",), num_nodes=1, het_job_id="5", het_job_offset=0)
+    gpu = dataclasses.replace(leader, job_id="6", partition="gpu", nodes=("node002",),
+                              het_job_offset=1)
+    alone = SlurmJob(job_id="9", state="RUNNING", partition="cpu", num_nodes=1)
+    whole = whole_het_jobs([gpu, alone, leader])
+    # THEN the leader's row alone would be left out, the whole job is watched: a gpu job of 2
+    # nodes, under the leader's id (which attach looks at every component by)
+    assert "partition" in (skip_reason(leader, watch) or "")
+    assert list(whole) == ["5"]
+    assert (whole["5"].job_id, whole["5"].partition, whole["5"].num_nodes) == ("5", "cpu,gpu", 2)
+    assert whole["5"].nodes == ("node001", "node002")
+    assert skip_reason(whole["5"], watch) is None
+    # AND components without their leader's row are filtered one by one
+    assert whole_het_jobs([gpu]) == {}
 
 
 def test_squeue_text_fallback_and_scontrol_for_log_paths(world: World) -> None:
