@@ -53,7 +53,7 @@ def passes_call_as_target(text, callee):
     """Whether a line of source passes a call of ``callee`` as a keyword ``target``, the whole
     value: ``target=loop()``, ``target = self.server.serve_forever(poll_interval=1)``, not
     ``target=loop``, ``target=make_server().serve_forever`` (a call's result's method, passed)
-    nor ``target == loop()``. The text after a ``#`` outside quotes is a comment."""
+    nor ``target == loop()``. A line with no quote loses its ``# comment`` first."""
     code = text.split("#", 1)[0] if "'" not in text and '"' not in text else text
     start = 0
     while True:
