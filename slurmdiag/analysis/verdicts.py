@@ -1179,7 +1179,8 @@ def _called_target(s: _Status) -> tuple[str, str] | None:
     return None
 
 
-def _with_called_target(verdict: Verdict, blocked: list[_Status]) -> Verdict:
+def _with_called_target(verdict: Verdict, blocked: list[_Status],
+                        waiting: list[_Status]) -> Verdict:
     """The straggler verdict said as a thread's target called on the main thread (_called_target),
     when a blocked rank's is: its line first among the sites, what it means and how to mend it."""
     called = [(s, found) for s in blocked if (found := _called_target(s))]
@@ -1200,6 +1201,15 @@ def _with_called_target(verdict: Verdict, blocked: list[_Status]) -> Verdict:
            f"gives target= the call {function}(...) (read on the node): "
            "threading.Thread and multiprocessing.Process take the function and call it on the "
            "thread they start; given its call, the calling thread runs it first")
+    evidence = [why]
+    if loop and _commanded_by(waiting, [s]):
+        # healthy_service_thread_called: a service started so serves all the same
+        told = [w.rank for w in waiting]
+        evidence.append(
+            f"if the job is a service ({_ranks_label(told)} {_verb(told, 'waits', 'wait')} "
+            f"for rank {s.rank}'s command), it serves anyway, on the main thread: only the "
+            "Thread never started and the lines after that one never ran; a training job is "
+            "hung there")
     return replace(
         verdict,
         # a server's loop called so returns only once another thread calls its shutdown(), and
@@ -1207,7 +1217,7 @@ def _with_called_target(verdict: Verdict, blocked: list[_Status]) -> Verdict:
         severity="critical" if loop else verdict.severity,
         summary=said + (sep + tail if sep else ""),
         sites=_unique([line, *verdict.sites]),
-        evidence=(*verdict.evidence, why),
+        evidence=(*verdict.evidence, *evidence),
         next_step=(f"pass the function, not its call: target={function} without the "
                    f"parentheses (arguments in args=/kwargs=), so the thread runs it and the "
                    "main thread goes on; until then the rank never leaves that line"
@@ -3733,7 +3743,8 @@ def _hang_verdicts(
         blocked = []
     if blocked and (waiting or dead or layout.missing or ended):
         verdicts.append(_with_dead_threads(
-            _with_called_target(_straggler(blocked, waiting, severity), blocked), blocked,
+            _with_called_target(_straggler(blocked, waiting, severity), blocked, waiting),
+            blocked,
             snapshot.log_findings))
         if ended and layout.missing:
             gone = (f"{_ranks_label(layout.missing)} {_verb(layout.missing, 'has', 'have')} "

@@ -100,7 +100,7 @@ def serve(model: ShardedModel, info: harness.RankInfo, request_every_s: float,
     # full run: a service idle between requests, the stuck request not yet made)
     threading.Thread(target=client, args=(url, info, request_every_s, moderation is None),
                      name="client", daemon=True).start()
-    server.serve_forever()
+    start_server(server)
 
 
 def check_prompt(url: str, prompt: int) -> None:
@@ -122,11 +122,29 @@ def client(url: str, info: harness.RankInfo, request_every_s: float, ready: bool
         time.sleep(request_every_s)
 
 
+#: Set by main(thread_called=True): the server started by mistake with
+#: Thread(target=server.serve_forever()), which serves on the main thread all the same.
+THREAD_CALLED = False
+
+
+def start_server(server: http.server.ThreadingHTTPServer) -> None:
+    """The service's accept loop, on this (the main) thread."""
+    if THREAD_CALLED:
+        threading.Thread(target=server.serve_forever(), daemon=True).start()  # the mistake
+        while True:  # never reached: the call above serves for ever
+            time.sleep(3600)
+    server.serve_forever()
+
+
 def main(stuck_rank: int | None = None, request_every_s: float = REQUEST_EVERY_S,
-         moderation_stalls: bool = False) -> None:
+         moderation_stalls: bool = False, thread_called: bool = False) -> None:
     """``stuck_rank``: that rank's shard never answers the second request (the hung twin,
     generation_server_worker_stuck); ``moderation_stalls``: the moderation service rank 0 asks
-    from the second request on never answers (generation_server_request_stuck)."""
+    from the second request on never answers (generation_server_request_stuck);
+    ``thread_called``: the server is started with its loop called as a Thread's target, and
+    serves anyway (healthy_service_thread_called)."""
+    global THREAD_CALLED
+    THREAD_CALLED = thread_called
     info = harness.setup()
     harness.init_distributed(info)
     model = ShardedModel(info.rank)

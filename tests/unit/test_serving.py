@@ -186,3 +186,15 @@ def test_a_server_loop_called_as_a_target_is_critical_from_one_sample() -> None:
     # warning), but the loop called there is critical: it returns only on a shutdown()
     assert plain.severity != "critical", plain
     assert (called.kind, called.severity, called.culprit_ranks) == ("straggler", "critical", (0,))
+
+
+def test_a_called_server_loop_commanding_the_others_says_a_service_would_serve_anyway() -> None:
+    # GIVEN serve_thread_called with its line read: ranks 1-3 wait in a broadcast from rank 0,
+    # the shape of a service's workers waiting for its command (healthy_service_thread_called)
+    snapshot = map_every_rank(recorded("serve_thread_called.default"), _called_at(0, _line_43))
+    verdict = diagnose(snapshot).verdicts[0]
+    # THEN the straggler stays (a training job is hung there), and its evidence says what the
+    # same line does in a service
+    assert verdict.kind == "straggler"
+    assert any(e.startswith("if the job is a service (ranks 1-3 wait for rank 0's command), "
+                            "it serves anyway") for e in verdict.evidence), verdict.evidence
