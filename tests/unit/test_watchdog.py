@@ -514,6 +514,23 @@ def test_filters(world: World) -> None:
     assert {o.job_id for o in result.outcomes} == {HEALTHY}
 
 
+def test_a_het_job_of_a_watched_partition_is_watched_through_its_leader(world: World) -> None:
+    # GIVEN the hung job as a het job's leader on 1 node of partition cpu, with a component
+    # of 1 node on partition gpu (squeue lists both rows), and a watch of gpu jobs of 2 nodes
+    world.slurm.jobs = [j for j in world.slurm.jobs if str(j["job_id"]) == HUNG]
+    leader = world.slurm.jobs[0]
+    leader.update(partition="cpu", node_count=1, nodes="node001", het_job_id=int(HUNG),
+                  het_job_offset=0)
+    world.slurm.jobs.append(dict(leader, job_id=int(HUNG) + 1, partition="gpu",
+                                 nodes="node002", het_job_offset=1))
+    world.clock.now += 3600
+    result = world.run(world.settings(partitions=("gpu",), min_nodes=2))
+    # THEN the whole job is selected (its leader's row alone is neither gpu nor 2 nodes) and
+    # attached by the leader's id alone
+    assert result.jobs_selected == 1
+    assert {j for j, _, _ in world.attach.calls} == {HUNG}
+
+
 def test_skip_reasons() -> None:
     watch = WatchSettings(
         partitions=("gpu",),
