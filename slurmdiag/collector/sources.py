@@ -9,15 +9,13 @@ they show a service serving on its main thread by design; the line tells the two
 
 import posix as os
 
+from .stacks import _bare
+
 #: A source file larger than this is not read.
 MAX_SOURCE_BYTES = 1 << 20
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
 _NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _OPEN, _CLOSE = "([{", ")]}"
-
-
-def _bare(name):
-    return (name or "").rsplit(".", 1)[-1]
 
 
 def _skip_spaces(text, at):
