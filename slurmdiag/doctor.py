@@ -4,7 +4,8 @@ On the controller: the Slurm client and its version, ``squeue --json``, the watc
 its state and report directories. On the nodes, through ONE step (into the job with ``--overlap
 --gres=gpu:0``, or a one-minute allocation of ``--nodes``), the checks of
 slurmdiag/collector/doctor_node.py, shipped with the collector's own loader (no install on the
-nodes). One line per check: ok / warning / failed, with the fix. Exit code: the worst of them.
+nodes); a heterogeneous job named by its plain id, a step a component, at once. One line per
+check: ok / warning / failed, with the fix. Exit code: the worst of them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -223,45 +225,56 @@ def node_checks_from_output(
     nodes: Sequence[str], result: CommandResult, argv: Sequence[str]
 ) -> list[Check]:
     """One Check per (check, status, detail), its nodes compressed; a silent node is a failure."""
+    return node_checks_from_steps([(nodes, result, argv)])
+
+
+def node_checks_from_steps(
+    steps: Sequence[tuple[Sequence[str], CommandResult, Sequence[str]]],
+) -> list[Check]:
+    """``node_checks_from_output`` over several steps (a heterogeneous job's components, a step
+    each): the nodes' lines grouped over all of them, a silent step's nodes failed with its own
+    reason."""
     from slurmdiag.hostlist import compress_hostlist
     from slurmdiag.transport.framing import decode_frames
 
-    frames = decode_frames(result.stdout)
+    documents: dict[str, Any] = {}
+    for nodes, result, _ in steps:
+        got = decode_frames(result.stdout).documents
+        documents.update((n, got[n]) for n in nodes if n in got)
+    everyone = [n for nodes, _, _ in steps for n in nodes]
     groups: dict[tuple[str, str, str, str], list[str]] = {}
-    order: list[tuple[str, str, str, str]] = []
-    for node in nodes:
-        doc = frames.documents.get(node)
-        if doc is None:
-            continue
-        for item in doc.get("checks", []):
+    for node in everyone:
+        for item in documents.get(node, {}).get("checks", []):
             key = (str(item.get("name")), str(item.get("status")), str(item.get("detail")),
                    str(item.get("fix") or ""))
-            if key not in groups:
-                groups[key] = []
-                order.append(key)
-            groups[key].append(node)
-    checks = [Check(k[0], k[1], k[2], k[3], compress_hostlist(groups[k])) for k in order]
-    silent = [n for n in nodes if n not in frames.documents]
-    answered = len(nodes) - len(silent)
-    stderr = [ln.strip() for ln in result.stderr.splitlines() if ln.strip()]
-    step = "step with --overlap --gres=gpu:0" if "--overlap" in argv else "step"
+            groups.setdefault(key, []).append(node)
+    checks = [Check(k[0], k[1], k[2], k[3], compress_hostlist(where)) for k, where in groups.items()]
+    step = "step with --overlap --gres=gpu:0" if any("--overlap" in a for _, _, a in steps) else "step"
+    answered = [n for n in everyone if n in documents]
+    failures = [_silent_step(step, silent, result) for silent, result in
+                (([n for n in nodes if n not in documents], result) for nodes, result, _ in steps)
+                if silent]
     if answered:
-        checks.insert(0, Check("srun", "ok", f"{step} ran on {answered}/{len(nodes)} node(s)",
-                               where=compress_hostlist([n for n in nodes if n not in silent])))
-    if silent:
-        if result.start_error:
-            why = f"srun could not start: {result.start_error}"
-        elif result.timed_out:
-            why = "no answer before the deadline"
-        else:
-            why = stderr[-1][:300] if stderr else f"srun exit {result.returncode}, no output"
-        hint = "see the line above; '--transport ssh' avoids creating a step"
-        if any("python" in ln.lower() for ln in stderr):
-            hint = "install python3 (3.8+) on the nodes, or name one with --node-python"
-        checks.insert(0 if not answered else 1, Check(
-            "srun", "failed", f"{step} gave nothing: {why}", hint,
-            where=compress_hostlist(silent)))
-    return checks
+        failures.insert(0, Check("srun", "ok", f"{step} ran on {len(answered)}/{len(everyone)} "
+                                 "node(s)", where=compress_hostlist(answered)))
+    return failures + checks
+
+
+def _silent_step(step: str, silent: Sequence[str], result: CommandResult) -> Check:
+    from slurmdiag.hostlist import compress_hostlist
+
+    stderr = [ln.strip() for ln in result.stderr.splitlines() if ln.strip()]
+    if result.start_error:
+        why = f"srun could not start: {result.start_error}"
+    elif result.timed_out:
+        why = "no answer before the deadline"
+    else:
+        why = stderr[-1][:300] if stderr else f"srun exit {result.returncode}, no output"
+    hint = "see the line above; '--transport ssh' avoids creating a step"
+    if any("python" in ln.lower() for ln in stderr):
+        hint = "install python3 (3.8+) on the nodes, or name one with --node-python"
+    return Check("srun", "failed", f"{step} gave nothing: {why}", hint,
+                 where=compress_hostlist(silent))
 
 
 def node_checks(
@@ -279,32 +292,35 @@ def node_checks(
     from slurmdiag.options import DEFAULTS
     from slurmdiag.slurm.discover import (
         check_caller_may_attach,
-        discover_job,
+        discover_components,
         job_ref_from_user,
     )
     from slurmdiag.transport.collect import default_tool_paths, srun_environment
 
-    het_group = None
+    # A step a component for a heterogeneous job named by its plain id, as attach does (srun
+    # adds a step to one component at a time, through the leader's id and --het-group).
+    targets: list[tuple[list[str], str | None, tuple[str, int] | None]] = []
     if job is not None:
         ref = job_ref_from_user(job)
         try:
-            found = discover_job(ref, runner)
-            check_caller_may_attach(found, ref, runner)
+            components = discover_components(ref, runner)
+            check_caller_may_attach(components[0], ref, runner)
         except UsageError:
             raise
         except SlurmdiagError as exc:
             return [Check(f"job {job}", "failed", exc.message, exc.hint)]
-        nodes = list(found.nodes)
-        job_id = found.job_id
-        if found.het_job_id and found.het_job_offset is not None:
-            het_group = (found.het_job_id, found.het_job_offset)
+        for found in components:
+            het_group = None
+            if found.het_job_id and found.het_job_offset is not None:
+                het_group = (found.het_job_id, found.het_job_offset)
+            targets.append((list(found.nodes), found.job_id, het_group))
     else:
         assert nodes_list is not None
         try:
             nodes = expand_hostlist(nodes_list)
         except ValueError as exc:
             raise UsageError(f"--nodes {nodes_list!r}: {exc}", hint="e.g. --nodes node[001-004]")
-        job_id = None
+        targets.append((nodes, None, None))
     args = {
         "pyspy": [pyspy_path] if pyspy_path else list(default_tool_paths("py-spy")),
         "pyspy_explicit": bool(pyspy_path),
@@ -312,10 +328,20 @@ def node_checks(
         "nvidia_smi": [nvidia_smi_path] if nvidia_smi_path else [],
         "cache": DEFAULTS.node_cache if node_cache is None else node_cache,
     }
-    argv = doctor_srun_argv(node_check_command(args, node_python), nodes, job_id=job_id,
-                            het_group=het_group, wait_s=max(1, int(timeout_s / 2)))
-    result = runner(argv, timeout_s, env=srun_environment(os.environ))
-    return node_checks_from_output(nodes, result, argv)
+    command = node_check_command(args, node_python)
+    env = srun_environment(os.environ)
+
+    def step(target: tuple[list[str], str | None, tuple[str, int] | None]) -> tuple[
+            list[str], CommandResult, list[str]]:
+        nodes, job_id, het_group = target
+        argv = doctor_srun_argv(command, nodes, job_id=job_id, het_group=het_group,
+                                wait_s=max(1, int(timeout_s / 2)))
+        return nodes, runner(argv, timeout_s, env=env), argv
+
+    if len(targets) == 1:
+        return node_checks_from_steps([step(targets[0])])
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:  # the components at once
+        return node_checks_from_steps(list(pool.map(step, targets)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from scenarios.launch import load_truth, suite_scenarios
 
 from slurmdiag.api import attach_job, collect_snapshot
 from slurmdiag.config import output_silence
+from slurmdiag.hostlist import compress_hostlist
 from slurmdiag.options import AttachOptions
 
 pytestmark = pytest.mark.cluster
@@ -495,6 +496,9 @@ def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
         result = attach_job(
             f"{leader}+1", AttachOptions(samples=2, interval_s=0.3, strace_s=0), write=False)
         whole = attach_job(leader, AttachOptions(samples=1, strace_s=0), write=False)
+        # (and doctor, by the plain id, checks every component's nodes: a step a component)
+        doctored = subprocess.run([sys.executable, "-m", "slurmdiag", "doctor", leader, "--json"],
+                                  capture_output=True, text=True, timeout=180, check=False)
     finally:
         subprocess.run(["scancel", leader], capture_output=True, timeout=30, check=False)
     # THEN each component's step ran (srun needs the leader's id and --het-group), its own
@@ -509,4 +513,8 @@ def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
     assert sorted(r.rank for _, r in whole.snapshot.all_ranks() if r.samples) == [0, 1]
     assert (whole.snapshot.job.het_job_id, whole.snapshot.job.het_job_offset) == (leader, None)
     assert whole.analysis.missing_ranks == () and whole.analysis.unknown_ranks == ()
+    srun_lines = [c for c in json.loads(doctored.stdout)["checks"] if c["name"] == "srun"]
+    assert [(c["status"], c["where"]) for c in srun_lines] == [
+        ("ok", compress_hostlist(nodes))], doctored.stdout + doctored.stderr
+    assert srun_lines[0]["detail"].endswith("ran on 2/2 node(s)")
 

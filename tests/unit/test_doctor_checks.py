@@ -113,3 +113,60 @@ def test_directory_check_tries_for_real(tmp_path):
     assert directory_check("report dir", tmp_path / "a" / "b").status == "ok"
     proc = directory_check("report dir", Path("/proc/slurmdiag-test"))
     assert proc.status == "failed" and "cannot be created in /proc" in proc.detail
+
+
+SLURM_FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
+
+
+def test_a_het_job_by_its_plain_id_is_checked_a_step_a_component():
+    from slurmdiag.doctor import node_checks
+    from slurmdiag.slurm.discover import caller_name
+
+    # GIVEN the real running het job 5 (5+0 on node002, 5+1 on node003, local 22.05 capture);
+    # srun answers for the component its --het-group names, and 5+1's node has no strace
+    het = (SLURM_FIXTURES / "local_22.05_show_job_d_o_het_running.txt").read_text()
+    ok, missing = node.check("strace", "ok", "/usr/bin/strace"), node.check(
+        "strace", "failed", "not found", "apt-get install strace")
+    steps = []
+
+    def runner(argv, timeout, **kwargs):
+        argv = list(argv)
+        if argv[:2] == ["scontrol", "--version"]:
+            return CommandResult(tuple(argv), 0, "slurm-wlm 22.05.8\n", "")
+        if argv[:3] == ["scontrol", "show", "job"]:
+            return CommandResult(tuple(argv), 0, het, "")
+        if argv[:3] == ["scontrol", "show", "config"]:
+            return CommandResult(tuple(argv), 0, f"SlurmUser = {caller_name()}(1)\n", "")
+        assert argv[0] == "srun", argv
+        steps.append([a for a in argv if a.startswith(("--jobid", "--het-group", "--nodelist"))])
+        if "--het-group=0" in argv:
+            return CommandResult(tuple(argv), 0, frames("node002", [ok]), "")
+        return CommandResult(tuple(argv), 0, frames("node003", [missing]), "")
+
+    checks = node_checks(job="5", nodes_list=None, pyspy_path=None, nvidia_smi_path=None,
+                         node_python=None, node_cache=None, timeout_s=20, runner=runner)
+    # THEN one step went into each component, through the leader's id
+    assert sorted(steps) == [["--jobid=5", "--het-group=0", "--nodelist=node002"],
+                             ["--jobid=5", "--het-group=1", "--nodelist=node003"]]
+    # AND the lines cover both components' nodes: one srun line, each node's own finding
+    assert [(c.name, c.status, c.where) for c in checks] == [
+        ("srun", "ok", "node[002-003]"), ("strace", "ok", "node002"),
+        ("strace", "failed", "node003")]
+    assert checks[0].detail == "step with --overlap --gres=gpu:0 ran on 2/2 node(s)"
+    assert worst_exit(checks) == EXIT_FAILED
+
+
+def test_a_silent_component_fails_with_its_own_reason_and_the_other_is_kept():
+    from slurmdiag.doctor import node_checks_from_steps
+
+    # GIVEN two steps: one answered, one whose srun could not start
+    same = [node.check("strace", "ok", "/usr/bin/strace")]
+    answered = CommandResult(("srun",), 0, frames("a1", same), "")
+    refused = CommandResult(("srun",), 1, "", "srun: error: Unable to create step for job 5\n")
+    checks = node_checks_from_steps([(["a1"], answered, ["srun", "--overlap"]),
+                                     (["b1", "b2"], refused, ["srun", "--overlap"])])
+    # THEN the answered node's lines stay, the silent component's nodes fail with srun's line
+    assert [(c.name, c.status, c.where) for c in checks] == [
+        ("srun", "ok", "a1"), ("srun", "failed", "b[1-2]"), ("strace", "ok", "a1")]
+    assert "ran on 1/3 node(s)" in checks[0].detail
+    assert "Unable to create step for job 5" in checks[1].detail
