@@ -63,12 +63,23 @@ def probe(job_id: str | int | None = None, *, nodes: str | None = None, timeout_
     options = ProbeOptions(timeout_s=timeout_s, ifname=ifname, collective=collective,
                            transfer_bytes=max(1, transfer_bytes), partition=partition)
     if job_id is not None:
-        from slurmdiag.slurm.discover import discover_job, job_ref_from_user, to_job
+        from slurmdiag.probe.run import Component
+        from slurmdiag.slurm.discover import (
+            discover_components,
+            job_ref_from_user,
+            to_job,
+            whole_het_job,
+        )
         from slurmdiag.transport.run import run_command
 
-        slurm_job = discover_job(job_ref_from_user(str(job_id)), run_command)
+        # A heterogeneous job by its plain id: every component's nodes, as attach looks at it;
+        # a component (its own or the leader's id with --het-group): srun takes the leader's.
+        found = discover_components(job_ref_from_user(str(job_id)), run_command)
+        slurm_job = found[0] if len(found) == 1 else whole_het_job(found)
         job, names = to_job(slurm_job), list(slurm_job.nodes)
-        result = run_probe(slurm_job.job_id, names, options)
+        parts = [Component(c.job_id, (c.het_job_id, c.het_job_offset), c.nodes)
+                 for c in found if c.het_job_id and c.het_job_offset is not None]
+        result = run_probe(slurm_job.job_id, names, options, components=parts)
     else:
         names = expand_hostlist(str(nodes))
         if len(names) < 2:

@@ -6,7 +6,9 @@ job's allocation (``--jobid=J --overlap --gres=gpu:0``) or as a fresh allocation
 nodes (``--nodelist``, ``--immediate`` so that busy nodes end the probe instead of queueing it).
 srun broadcasts its stdin to every task (``--input=all``): the controller collects each node's
 ``@SDG1-ADDR`` line, writes the peer map as one line, waits for the framed documents, then
-writes ``end`` so that every node stops serving its peers and exits.
+writes ``end`` so that every node stops serving its peers and exits. A heterogeneous job's
+components looked at together get a step each (srun adds a step to one component at a time),
+started at once and fed alike, as one step.
 """
 
 from __future__ import annotations
@@ -78,9 +80,14 @@ def probe_args(job_id: str | None, options: ProbeOptions) -> dict[str, Any]:
 
 
 def probe_argv(job_id: str | None, nodes: Sequence[str], options: ProbeOptions,
-               step_name: str = STEP_NAME) -> list[str]:
-    """ONE srun step, one probe per node: into job ``job_id``, or a fresh allocation (None)."""
-    if job_id is not None:
+               step_name: str = STEP_NAME, het_group: tuple[str, int] | None = None) -> list[str]:
+    """ONE srun step, one probe per node: into job ``job_id``, or a fresh allocation (None).
+    ``het_group``: (leader's id, offset) of a heterogeneous job's component ``job_id``: srun
+    takes only the leader's id, and ``--het-group`` picks the component."""
+    if het_group is not None:
+        target = [f"--jobid={het_group[0]}", f"--het-group={het_group[1]}", "--overlap",
+                  "--gres=gpu:0"]
+    elif job_id is not None:
         target = [f"--jobid={job_id}", "--overlap", "--gres=gpu:0"]
     else:
         minutes = max(1, math.ceil(options.timeout_s / 60) + 1)
@@ -112,25 +119,32 @@ class StepOutput:
     result: CommandResult
 
 
-def run_step(argv: Sequence[str], nodes: Sequence[str], timeout_s: float,
+def run_step(argvs: Sequence[Sequence[str]], nodes: Sequence[str], timeout_s: float,
              env: Mapping[str, str], collective: bool = False) -> StepOutput:
-    """Run the step: peer map out once every node said where it listens, ``end`` once every
-    node sent its document (or at the deadline); the step is ended and its output returned."""
+    """Run the step (a heterogeneous job's components: a step each, at once, fed alike): peer
+    map out once every node said where it listens, ``end`` once every node sent its document
+    (or at the deadline); the steps are ended and their output returned as one."""
     start = time.monotonic()
     deadline = start + timeout_s
     lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
-    try:
-        proc = spawn_interactive(argv, env)
-    except OSError as exc:
-        return StepOutput({}, CommandResult(tuple(argv), None, "", "", start_error=str(exc)))
+    procs = []
+    for argv in argvs:
+        try:
+            procs.append(spawn_interactive(argv, env))
+        except OSError as exc:
+            for proc in procs:
+                end_group(proc)
+                proc.wait()
+            return StepOutput({}, CommandResult(tuple(argv), None, "", "", start_error=str(exc)))
 
     def pump(stream: Any, name: str) -> None:
         for raw in iter(stream.readline, b""):
             lines.put((name, raw.decode("utf-8", "replace")))
         lines.put((name, None))
 
-    for stream, name in ((proc.stdout, "out"), (proc.stderr, "err")):
-        threading.Thread(target=pump, args=(stream, name), daemon=True).start()
+    for proc in procs:
+        for stream, name in ((proc.stdout, "out"), (proc.stderr, "err")):
+            threading.Thread(target=pump, args=(stream, name), daemon=True).start()
     out: list[str] = []
     err: list[str] = []
     addresses: dict[str, dict[str, Any]] = {}
@@ -142,14 +156,15 @@ def run_step(argv: Sequence[str], nodes: Sequence[str], timeout_s: float,
     timed_out = False
 
     def send(text: str) -> None:
-        try:
-            assert proc.stdin is not None
-            proc.stdin.write(text.encode())
-            proc.stdin.flush()
-        except (OSError, ValueError):
-            pass
+        for proc in procs:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(text.encode())
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                pass
 
-    while closed < 2:
+    while closed < 2 * len(procs):
         now = time.monotonic()
         if now >= deadline:
             timed_out = True
@@ -184,31 +199,47 @@ def run_step(argv: Sequence[str], nodes: Sequence[str], timeout_s: float,
         if map_sent and not end_sent and wanted <= finished:
             send("end\n")
             end_sent = True
-            try:
-                assert proc.stdin is not None
-                proc.stdin.close()
-            except OSError:
-                pass
+            for proc in procs:
+                try:
+                    assert proc.stdin is not None
+                    proc.stdin.close()
+                except OSError:
+                    pass
             deadline = min(deadline, time.monotonic() + 5.0)
-    if proc.poll() is None:
-        end_group(proc)
-    proc.wait()
-    result = CommandResult(tuple(argv), proc.returncode, "".join(out), "".join(err),
-                           timed_out=timed_out, duration_s=time.monotonic() - start)
+    for proc in procs:
+        if proc.poll() is None:
+            end_group(proc)
+        proc.wait()
+    failed = [proc.returncode for proc in procs if proc.returncode]
+    result = CommandResult(tuple(argvs[0]), failed[0] if failed else 0, "".join(out),
+                           "".join(err), timed_out=timed_out, duration_s=time.monotonic() - start)
     return StepOutput(addresses, result)
 
 
+@dataclass(frozen=True)
+class Component:
+    """One component of a heterogeneous job: its own id, (leader's id, offset), its nodes."""
+    job_id: str
+    het_group: tuple[str, int]
+    nodes: tuple[str, ...]
+
+
 def run_probe(job_id: str | None, nodes: Sequence[str], options: ProbeOptions,
-              environ: Mapping[str, str] | None = None) -> Probe:
-    """Probe the network between ``nodes`` (of job ``job_id``, or a fresh allocation)."""
+              environ: Mapping[str, str] | None = None,
+              components: Sequence[Component] = ()) -> Probe:
+    """Probe the network between ``nodes`` (of job ``job_id``, or a fresh allocation).
+    ``components``: a heterogeneous job's, looked at together (``nodes`` is all of theirs):
+    srun adds a step to one component at a time, so a step each, every node in one peer map."""
     environ = os.environ if environ is None else environ
     step_name = STEP_NAME if job_id is not None else f"{STEP_NAME}-{uuid.uuid4().hex[:8]}"
-    argv = probe_argv(job_id, nodes, options, step_name)
-    step = run_step(argv, nodes, options.timeout_s, probe_environment(environ),
+    argvs = ([probe_argv(c.job_id, c.nodes, options, step_name, c.het_group) for c in components]
+             or [probe_argv(job_id, nodes, options, step_name)])
+    step = run_step(argvs, nodes, options.timeout_s, probe_environment(environ),
                     collective=options.collective)
     warnings: list[str] = []
     if step.result.timed_out:
-        left = srun.cancel_leftover_steps(job_id, step_name=step_name)
+        left = srun.cancel_leftover_steps(components[0].het_group[0] if components else job_id,
+                                          step_name=step_name)
         if left:
             warnings.append(f"cancelled leftover probe step(s): {', '.join(left)}")
     fanout = srun.outcomes_from_output(nodes, step.result, "srun")

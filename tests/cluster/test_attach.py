@@ -499,6 +499,13 @@ def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
         # (and doctor, by the plain id, checks every component's nodes: a step a component)
         doctored = subprocess.run([sys.executable, "-m", "slurmdiag", "doctor", leader, "--json"],
                                   capture_output=True, text=True, timeout=180, check=False)
+        # (and probe: the whole job's nodes, each component's step fed one peer map; and one
+        # component alone, through the leader's id)
+        probed = {ref: subprocess.run(
+            [sys.executable, "-m", "slurmdiag", "probe", ref, "--no-collective", "--timeout", "30",
+             "--json", "--no-report", "--out", str(tmp_path / ref)],
+            capture_output=True, text=True, timeout=120, check=False)
+            for ref in (leader, f"{leader}+1")}
     finally:
         subprocess.run(["scancel", leader], capture_output=True, timeout=30, check=False)
     # THEN each component's step ran (srun needs the leader's id and --het-group), its own
@@ -517,4 +524,12 @@ def test_each_component_of_a_heterogeneous_job(local_cluster, tmp_path):
     assert [(c["status"], c["where"]) for c in srun_lines] == [
         ("ok", compress_hostlist(nodes))], doctored.stdout + doctored.stderr
     assert srun_lines[0]["detail"].endswith("ran on 2/2 node(s)")
+    both = json.loads(probed[leader].stdout)["probe"]
+    assert [n["name"] for n in both["nodes"]] == nodes, probed[leader].stderr
+    assert {n["status"] for n in both["nodes"]} == {"ok"}, both["nodes"]
+    assert sorted((link["source"], link["target"], link["connect"]) for link in both["links"]) == [
+        (nodes[0], nodes[1], True), (nodes[1], nodes[0], True)]
+    alone = json.loads(probed[f"{leader}+1"].stdout)["probe"]
+    assert [(n["name"], n["status"]) for n in alone["nodes"]] == [
+        (nodes[1], "ok")], probed[f"{leader}+1"].stderr
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -214,6 +215,10 @@ def test_the_step_is_one_srun_into_the_job_or_a_bounded_fresh_allocation():
     fresh = probe_argv(None, ["n1", "n2"], ProbeOptions(timeout_s=60))
     assert "--time=2" in fresh and "--immediate=20" in fresh
     assert not any(a.startswith("--jobid") for a in fresh)
+    # a het job's component: srun takes only the leader's id; the node looks for the component's
+    component = probe_argv("124", ["n3"], ProbeOptions(), het_group=("123", 1))
+    assert component[:5] == ["srun", "--jobid=123", "--het-group=1", "--overlap", "--gres=gpu:0"]
+    assert json.loads(component[-1])["job_id"] == "124"
 
 
 @pytest.mark.parametrize("argv", [["probe"], ["probe", "12", "--nodes", "n[1-2]"],
