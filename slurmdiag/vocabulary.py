@@ -85,6 +85,7 @@ class VerdictKind(Word):
     RANK_CRASHED = "rank_crashed"
     RANK_KILLED = "rank_killed"
     RANK_EXCEPTION = "rank_exception"
+    RANK_EXITED = "rank_exited"
     TIME_LIMIT = "time_limit"
     UNEXPLAINED = "unexplained"
     # the network probe (probe/analysis.py)

@@ -26,7 +26,16 @@ from slurmdiag.slurm.sacct import (
     output_paths_from_submit_line,
     signal_name,
 )
-from slurmdiag.snapshot import Frame, Job, Node, Rank, Sample, Snapshot, ThreadStack
+from slurmdiag.snapshot import (
+    Frame,
+    Job,
+    LogFinding,
+    Node,
+    Rank,
+    Sample,
+    Snapshot,
+    ThreadStack,
+)
 from slurmdiag.transport.run import Runner, run_command
 from slurmdiag.vocabulary import NodeStatus
 
@@ -55,9 +64,13 @@ def _job(record: SlurmRecord) -> Job:
             nodes = tuple(expand_hostlist(j.nodes))
         except ValueError:
             nodes = (j.nodes,)
+    het = record.components[0] if record.components else j
     return Job(id=j.job_id, state=j.state, user=j.user, name=j.name, nodes=nodes, ntasks=j.ntasks,
                start_time=j.start, run_time=f"{j.elapsed_s} s" if j.elapsed_s is not None else None,
-               time_limit=j.time_limit, work_dir=j.work_dir, stdout=j.stdout, stderr=j.stderr)
+               time_limit=j.time_limit, work_dir=j.work_dir, stdout=j.stdout, stderr=j.stderr,
+               het_job_id=het.het_job_id,
+               het_job_offset=None if record.components or het.het_offset is None
+               else str(het.het_offset))
 
 
 def _log_paths(record: SlurmRecord, job_id: str, logs: Sequence[str]) -> list[tuple[str, int | None]]:
@@ -68,15 +81,55 @@ def _log_paths(record: SlurmRecord, job_id: str, logs: Sequence[str]) -> list[tu
         else:
             paths.append((path, None))
     job = record.job
-    for candidate in (job.stdout, job.stderr, *output_paths_from_submit_line(job)):
-        if candidate and candidate not in logs:
-            paths.append((expand_filename_pattern(candidate, job), None))
+    # a het job's components each have their own files (%j is the component's own id)
+    for part in (record.components or (job,)):
+        for candidate in (part.stdout, part.stderr, *output_paths_from_submit_line(part)):
+            if candidate and candidate not in logs:
+                entry = (expand_filename_pattern(candidate, part), None)
+                if entry not in paths:
+                    paths.append(entry)
     if not logs and not (job.stdout or job.stderr or job.submit_line) and job.work_dir:
         # sacct before 23.02 has no StdOut: sbatch's default name in the working directory
         paths.append((os.path.join(job.work_dir, f"slurm-{job.job_id}.out"), None))
     for directory in dict.fromkeys(d for d in (job.work_dir, *(os.path.dirname(p) for p in logs)) if d):
-        paths.extend(per_rank_files(directory, job.job_id))
+        for part in (record.components or (job,)):
+            paths.extend(per_rank_files(directory, part.job_id))
     return paths
+
+
+def _het_task_bases(record: SlurmRecord) -> dict[str, int]:
+    """node -> the first rank of its het component in a step across the components: srun
+    numbers a het step's tasks per component in its ``task N`` lines (component 1's first task
+    is ``task 0``), SLURM_PROCID runs on over them. The tasks of a component are those of its
+    widest numbered step (``srun --het-group=0,1`` runs one step in each)."""
+    bases: dict[str, int] = {}
+    first = 0
+    for component in record.components:
+        for node in expand_hostlist(component.nodes or "") if component.nodes else ():
+            bases.setdefault(node, first)
+        first += max((s.ntasks or 0 for s in record.steps
+                      if s.label == component.label and (s.step or "").isdigit()), default=0)
+    return bases
+
+
+def _het_task_ranks(record: SlurmRecord, findings: Sequence[LogFinding]) -> tuple[LogFinding, ...]:
+    """srun's ``task N`` findings of a whole het job with the task's global rank."""
+    try:
+        bases = _het_task_bases(record)
+    except ValueError:
+        return tuple(findings)
+    return tuple(dataclasses.replace(f, rank=f.rank + bases[f.host])
+                 if f.kind in ("task_exit", "task_terminated") and f.rank is not None
+                 and f.host in bases else f for f in findings)
+
+
+def _step_world(steps: Sequence[AcctRecord]) -> int:
+    """The most tasks of one step: a het job's step spans its components (step 0 of each is
+    one step, its tasks those of all), so a step's tasks are summed over the components."""
+    tasks: dict[str, int] = {}
+    for step in steps:
+        tasks[step.step or ""] = tasks.get(step.step or "", 0) + (step.ntasks or 0)
+    return max(tasks.values(), default=0)
 
 
 def read_flight_recorder(prefixes: Sequence[str], world_size: int | None) -> dict[str, Any] | None:
@@ -246,6 +299,9 @@ def build_postmortem(
     notes = list(record.notes)
     paths = _log_paths(record, record.job.job_id, logs)
     rank_logs = read_rank_logs(paths, owner_uid=job_uid(record.job.user))
+    if record.components:
+        rank_logs = dataclasses.replace(rank_logs,
+                                        findings=_het_task_ranks(record, rank_logs.findings))
     if not rank_logs.sources:
         tried = ", ".join(p for p, _ in paths) or "none known"
         raise LogsGone(f"job {ref} ended {record.job.state}, but none of its logs can be read "
@@ -256,7 +312,7 @@ def build_postmortem(
             f.rank is not None for f in rank_logs.findings if f.kind not in ("task_exit", "task_terminated")):
         notes.append("the log has no per-rank prefixes (srun --label, torch's [rankN]:): lines "
                      "are attributed to ranks only where srun or torch names them")
-    world = record.job.ntasks or max((s.ntasks or 0 for s in record.steps), default=0) or None
+    world = record.job.ntasks or _step_world(record.steps) or None
     seen = {f.rank for f in rank_logs.findings if f.rank is not None} | set(rank_logs.last_lines)
     if seen and (world is None or max(seen) >= world):
         world = max(seen) + 1

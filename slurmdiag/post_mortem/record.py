@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurmdiag.errors import JobNotFound, JobNotRunning, ParseError, SlurmUnavailable
 from slurmdiag.slurm.parse import JobRef, parse_scontrol_job
@@ -31,6 +31,9 @@ class SlurmRecord:
     source: str = "sacct --json"  # sacct --json | sacct --parsable2 | scontrol | none
     notes: tuple[str, ...] = ()
     raw: dict[str, str] = field(default_factory=dict)  # scontrol's fields, when that was the source
+    # A heterogeneous job named by its plain id: every component's own record, leader first
+    # (``job`` is then the whole job: the leader's, with every component's nodes and tasks).
+    components: tuple[AcctRecord, ...] = ()
 
 
 def _accounting_problem(text: str) -> str | None:
@@ -78,7 +81,38 @@ def _from_sacct(ref: JobRef, runner: Runner, notes: list[str]) -> tuple[list[Acc
     return parse_sacct_parsable(result.stdout), "sacct --parsable2"
 
 
-def _select(ref: JobRef, records: list[AcctRecord]) -> tuple[AcctRecord, tuple[AcctRecord, ...]] | None:
+def _whole_het_job(components: list[AcctRecord]) -> AcctRecord:
+    """One record for a heterogeneous job's components: the leader's, with every component's
+    nodes and tasks, named by the leader's id (the whole job, no offset)."""
+    from slurmdiag.hostlist import compress_hostlist, expand_hostlist
+
+    nodes: list[str] = []
+    for component in components:
+        try:
+            nodes += expand_hostlist(component.nodes or "")
+        except ValueError:
+            nodes.append(component.nodes or "")
+    tasks = [c.ntasks for c in components]
+    leader = components[0]
+    return replace(leader, het_job_id=None, het_offset=None,
+                   nodes=compress_hostlist(list(dict.fromkeys(n for n in nodes if n))) or None,
+                   ntasks=sum(t for t in tasks if t) if all(tasks) else None)
+
+
+def _select(ref: JobRef, records: list[AcctRecord]) -> tuple[AcctRecord, tuple[AcctRecord, ...],
+                                                               tuple[AcctRecord, ...]] | None:
+    """(the job, its steps, a het job's components) of what sacct listed for ``ref``."""
+    if ref.array_task is None:
+        components = sorted((r for r in records if r.step is None and r.het_job_id == ref.base
+                             and r.het_offset is not None
+                             and ref.het_offset in (None, r.het_offset)),
+                            key=lambda r: r.het_offset or 0)
+        labels = {c.label for c in components}
+        steps = tuple(r for r in records if r.step is not None and r.label in labels)
+        if len(components) > 1:  # the plain id: the whole job, every component's steps
+            return _whole_het_job(components), steps, tuple(components)
+        if components and ref.het_offset is not None:
+            return components[-1], steps, ()
     job_id = str(ref)
     jobs = [r for r in records if r.step is None and r.job_id == job_id]
     if not jobs:
@@ -87,7 +121,7 @@ def _select(ref: JobRef, records: list[AcctRecord]) -> tuple[AcctRecord, tuple[A
         return None
     job = jobs[-1]  # a reused id (a re-created cluster) lists the latest last
     steps = tuple(r for r in records if r.step is not None and r.job_id == job.job_id)
-    return job, steps
+    return job, steps, ()
 
 
 def _from_scontrol(ref: JobRef, runner: Runner) -> SlurmRecord | None:
@@ -116,8 +150,9 @@ def read_slurm_record(ref: JobRef, runner: Runner) -> SlurmRecord:
         records, source = found
         selected = _select(ref, records)
         if selected is not None:
-            job, steps = selected
-            record = SlurmRecord(job=job, steps=steps, source=source, notes=tuple(notes))
+            job, steps, components = selected
+            record = SlurmRecord(job=job, steps=steps, source=source, notes=tuple(notes),
+                                 components=components)
     if record is None:
         held = _from_scontrol(ref, runner)
         if held is not None:

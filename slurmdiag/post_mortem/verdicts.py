@@ -41,6 +41,9 @@ NEXT_STEPS = {
     "out_of_memory": "lower the memory per rank (batch size, activation checkpointing) or ask "
                      "for more (--mem)",
     "rank_exception": "fix the exception at the culprit's site; the other ranks only lost their peer",
+    "rank_exited": "read the culprit's last lines (its own message before the exit) and where its "
+                   "code calls sys.exit or os._exit with that code; the other ranks only lost "
+                   "their peer",
     "collective_timeout": "look at what the culprit ranks were doing instead of the collective "
                           "(their last lines, Flight Recorder); next time run 'slurmdiag attach' "
                           "or 'slurmdiag watch' before the timeout fires",
@@ -115,6 +118,25 @@ def first_cause(findings: Sequence[LogFinding]) -> LogFinding | None:
     return None
 
 
+def lone_exit(findings: Sequence[LogFinding]) -> LogFinding | None:
+    """srun's ``task N: Exited with exit code C`` of the one rank that exited with an error,
+    when nothing else is a cause: no traceback, signal or timeout in the logs read
+    (``sys.exit(3)`` after a message of its own, ``os._exit``), every other rank ended 0, was
+    terminated or said nothing, and no cancel was written before it. With two ranks exiting
+    non-zero srun's order of their lines cannot tell which went first: None."""
+    ordered = sorted(findings, key=order_key)
+    if any(_is_cause(f) or f.kind == "exception" for f in ordered):
+        return None
+    failed = [f for f in ordered if f.kind == "task_exit" and f.rank is not None
+              and f.fields.get("exit_code") not in (None, "0")]
+    if len({f.rank for f in failed}) != 1:
+        return None
+    cancel = _cancel_finding(findings)
+    if cancel is not None and order_key(cancel) < order_key(failed[0]):
+        return None
+    return failed[0]
+
+
 def _victims(findings: Sequence[LogFinding], culprits: set[int]) -> list[int]:
     return sorted({f.rank for f in findings if f.rank is not None and f.rank not in culprits
                    and f.kind in (*CONSEQUENCES, "task_exit", "exception")})
@@ -143,6 +165,8 @@ def postmortem_verdicts(
     cancel = _cancel_finding(findings)
     cause = first_cause(findings)
     cores_by_rank: dict[int, CoreStack] = {c.rank: c for c in cores if c.rank is not None}
+    if cause is None and not cores_by_rank:
+        cause = lone_exit(findings)
 
     node_lost = [f for f in findings if f.kind == "node_failure"]
     if "NODE_FAIL" in states or node_lost:
@@ -290,6 +314,17 @@ def _cause_verdict(
             culprit_ranks=(rank,),
             evidence=(_cite(cause), *_rank_tail(rank, last_lines)),
             next_step=NEXT_STEPS["out_of_memory" if oom else "rank_killed"])
+    if cause.kind == "task_exit" and not signal:  # lone_exit: an error code, no traceback
+        victims = _victims(findings, {rank})
+        return Verdict(
+            kind=VerdictKind.RANK_EXITED, severity="critical",
+            summary=f"rank {rank} exited with exit code {cause.fields.get('exit_code', '?')}"
+                    + (f" on {cause.host}" if cause.host else "")
+                    + ", the only rank srun saw fail, with no traceback in the logs read"
+                    + (f"; {_label(victims)} only died because of it" if victims else ""),
+            culprit_ranks=(rank,),
+            evidence=(_cite(cause), *_rank_tail(rank, last_lines), *_same_last_line(rank, last_lines)),
+            next_step=NEXT_STEPS["rank_exited"])
     if cause.kind in ("fatal_signal", "task_exit"):
         return _crash_verdict(rank, cores_by_rank.get(rank), cause, findings, last_lines)
     if cause.kind == "oom_kill":
@@ -307,6 +342,20 @@ def _cause_verdict(
         culprit_ranks=(rank,), sites=(site,) if site else (),
         evidence=(_cite(cause), *_rank_tail(rank, last_lines)),
         next_step=NEXT_STEPS["rank_exception"])
+
+
+def _same_last_line(rank: int, last_lines: Mapping[int, Sequence[str]]) -> tuple[str, ...]:
+    """What would make a lone exit lie: every rank hit the same error (a bad argument, a missing
+    file), one exited first and srun ended the others before they could. Their last lines say so."""
+    def written(lines: Sequence[str]) -> list[str]:  # the rank's own last line, not Slurm's
+        return [ln for ln in lines if not ln.startswith(("slurmstepd", "srun:"))][-1:]
+
+    own = written(last_lines.get(rank, ()))
+    same = sorted(r for r, lines in last_lines.items() if r != rank and own and written(lines) == own)
+    if not same:
+        return ()
+    return ((f"{_label(same)} last wrote the same line: they may have failed the same way, "
+             "ended by srun before they exited"),)
 
 
 def _rank_tail(rank: int, last_lines: Mapping[int, Sequence[str]], count: int = 5) -> tuple[str, ...]:

@@ -27,7 +27,8 @@ from slurmdiag.safeio import decimal_int
 TEXT_FIELDS = (
     "JobID", "JobName", "State", "ExitCode", "DerivedExitCode", "NodeList", "NNodes", "NTasks",
     "Start", "End", "Elapsed", "Timelimit", "User", "WorkDir", "Reason",
-    "SubmitLine",  # last: it may hold '|' itself
+    "JobIDRaw",  # a het component's own id (JobID prints it as LEADER+OFFSET)
+    "SubmitLine",  # last: it may hold '|' itself, and newlines (a multi-line srun command)
 )
 FAILURE_STATES = ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
                   "PREEMPTED")
@@ -64,10 +65,19 @@ class AcctRecord:
     reason: str | None = None
     failed_node: str | None = None
     submit_line: str | None = None
+    het_job_id: str | None = None  # a heterogeneous job's component: its leader's id
+    het_offset: int | None = None  # and its offset (0: the leader)
+
+    @property
+    def label(self) -> str:
+        """The job as Slurm's own listings name it: ``123``, or a het component ``123+1``."""
+        if self.het_job_id and self.het_offset is not None:
+            return f"{self.het_job_id}+{self.het_offset}"
+        return self.job_id
 
     @property
     def step_id(self) -> str:
-        return self.job_id if self.step is None else f"{self.job_id}.{self.step}"
+        return self.label if self.step is None else f"{self.label}.{self.step}"
 
     @property
     def failed(self) -> bool:
@@ -140,6 +150,19 @@ def _time(block: Any, key: str) -> str | None:
     return _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _json_het(job: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """(leader's id, offset) of a het job's component; (None, None) for any other job (whose
+    ``het`` block says job_id 0)."""
+    het = job.get("het")
+    if not isinstance(het, Mapping):
+        return None, None
+    leader = _number(het.get("job_id"))
+    offset = _number(het.get("job_offset"))
+    if not leader or offset is None:
+        return None, None
+    return str(leader), offset
+
+
 def _json_step(job: Mapping[str, Any], raw: Mapping[str, Any]) -> AcctRecord:
     step = raw.get("step") or {}
     sid = step.get("id")
@@ -151,8 +174,11 @@ def _json_step(job: Mapping[str, Any], raw: Mapping[str, Any]) -> AcctRecord:
     code, sig = _exit(raw.get("exit_code"))
     nodes = raw.get("nodes") or {}
     tasks = raw.get("tasks") or {}
+    het_job_id, het_offset = _json_het(job)
     return AcctRecord(
         job_id=str(job.get("job_id")),
+        het_job_id=het_job_id,
+        het_offset=het_offset,
         step=sid_text,
         name=_text(step.get("name")),
         state=_state(raw.get("state")),
@@ -184,9 +210,12 @@ def parse_sacct_json(text: str) -> list[AcctRecord]:
         state = job.get("state") or {}
         time_block = job.get("time") or {}
         limit = _number(time_block.get("limit")) if isinstance(time_block, Mapping) else None
+        het_job_id, het_offset = _json_het(job)
         records.append(
             AcctRecord(
                 job_id=str(job.get("job_id")),
+                het_job_id=het_job_id,
+                het_offset=het_offset,
                 step=None,
                 name=_text(job.get("name")),
                 state=_state(state),
@@ -227,6 +256,8 @@ def json_exit_codes_unreliable(text: str) -> bool:
 # text (sacct --parsable2)
 
 _CANCELLED_BY = re.compile(r"^CANCELLED(?: by (?P<who>\S+))?")
+# The JobID of a record line: 123, 123.batch, 123_4, 123_[1-3], 123+1.0 (not a submit line's).
+_RECORD_ID = re.compile(r"^\d+(?:_(?:\d+|\[[\d,\-%]+\]))?(?:\+\d+)?(?:\.[\w-]+)?$")
 _EXIT = re.compile(r"^(?P<code>\d+):(?P<signal>\d+)$")
 
 
@@ -263,10 +294,24 @@ def parse_sacct_parsable(text: str) -> list[AcctRecord]:
     if "JobID" not in header or "State" not in header:
         raise ParseError("sacct output has no header with JobID and State",
                          hint="run sacct with --parsable2 and without --noheader")
-    records = []
+    rows: list[dict[str, str]] = []
     for line in lines[1:]:
-        row = dict(zip(header, line.split("|", len(header) - 1)))
+        fields = line.split("|", len(header) - 1)
+        if rows and (len(fields) < len(header) or not _RECORD_ID.match(fields[0])):
+            # a line of a multi-line submit line (SubmitLine is last): it belongs to the row above
+            rows[-1]["SubmitLine"] = rows[-1].get("SubmitLine", "") + "\n" + line
+            continue
+        rows.append(dict(zip(header, fields)))
+    records = []
+    for row in rows:
         job_id, _, step = row.get("JobID", "").partition(".")
+        het_job_id, plus, offset = job_id.partition("+")
+        het = None
+        if plus and offset.isdigit():
+            raw_id = row.get("JobIDRaw", "").partition(".")[0]
+            het = (het_job_id, int(offset))
+            # the component's own id where the listing has it (%j of its output file is that)
+            job_id = raw_id if raw_id.isdigit() else (het_job_id if offset == "0" else job_id)
         state, who = _split_state(row.get("State", ""))
         code, sig = parse_exit_code(row.get("ExitCode", ""))
         records.append(
@@ -288,13 +333,16 @@ def parse_sacct_parsable(text: str) -> list[AcctRecord]:
                 work_dir=row.get("WorkDir") or None,
                 reason=row.get("Reason") or None,
                 submit_line=row.get("SubmitLine") or None,
+                het_job_id=het[0] if het else None,
+                het_offset=het[1] if het else None,
             )
         )
     return records
 
 
 def overlay_exit_codes(records: Sequence[AcctRecord], text_records: Iterable[AcctRecord]) -> list[AcctRecord]:
-    """Exit codes, signals and who cancelled, from the text records, by step id."""
+    """Exit codes, signals and who cancelled, from the text records, by step id (a het
+    component's steps by its label: the JSON names the component by its own id)."""
     by_id = {r.step_id: r for r in text_records}
     out = []
     for record in records:

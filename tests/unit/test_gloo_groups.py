@@ -110,9 +110,12 @@ def test_a_rank_without_groups_has_its_main_thread_watched(busy: bool) -> None:
 
     from slurmdiag.collector import main
 
-    code = ("import time\nwhile True: time.sleep(0.01)" if busy else "import time; time.sleep(60)")
-    child = subprocess.Popen([sys.executable, "-c", code])
+    code = ("import time\nprint(flush=True)\nwhile True: time.sleep(0.01)" if busy
+            else "import time; print(flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
+        assert child.stdout is not None
+        child.stdout.readline()  # started (on a loaded machine, later than any fixed wait)
         time.sleep(0.5)
         run = SimpleNamespace(ranks=[{"pid": child.pid}], gloo_workers={}, gloo_idle={})
         # WHEN the collector reads them before a look without strace, and again after it
