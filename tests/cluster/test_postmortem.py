@@ -225,3 +225,50 @@ def test_without_accounting_slurmctld_and_the_logs_are_used(local_cluster, tmp_p
     assert snapshot["job"]["state"] == "FAILED"
     top = snapshot["verdicts"][0]
     assert top["kind"] == "rank_crashed" and top["culprit_ranks"] == [1], snapshot["verdicts"]
+
+
+HET_EXIT_SCRIPT = """#!/bin/bash
+#SBATCH --time=5
+#SBATCH -N1 --ntasks-per-node=1
+#SBATCH hetjob
+#SBATCH -N1 --ntasks-per-node=1
+srun --het-group=0,1 --kill-on-bad-exit=1 {python} -c '
+import os, sys, time
+if os.environ["SLURM_PROCID"] == "1":
+    time.sleep(2)
+    print("rank 1: cannot open shard 7", file=sys.stderr, flush=True)
+    sys.exit(3)
+time.sleep(300)'
+"""
+
+
+def test_a_het_job_is_read_whole_and_its_second_component_names_its_rank(local_cluster, tmp_path):
+    # GIVEN a heterogeneous job whose one step spans both components: rank 1 (component 1's
+    # first task: srun calls it "task 0") exits 3 with no traceback, srun ends rank 0
+    script = tmp_path / "het.sh"
+    script.write_text(HET_EXIT_SCRIPT.format(python=sys.executable))
+    leader = subprocess.run(["sbatch", "--parsable", "--wait", f"--chdir={tmp_path}",
+                             "--output=het-%j.out", str(script)],
+                            capture_output=True, text=True, timeout=240, check=False).stdout.strip()
+    leader = leader.split("+")[0].split(";")[0]
+    assert leader.isdigit(), leader
+    # WHEN postmortem reads the whole job, then component 1 alone
+    whole = run_cli("postmortem", leader, "--json", "--no-report", "--no-cores",
+                    "--out", str(tmp_path / "whole"))
+    alone = run_cli("postmortem", f"{leader}+1", "--json", "--no-report", "--no-cores",
+                    "--log", str(tmp_path / f"het-{leader}.out"), "--out", str(tmp_path / "one"))
+    # THEN the whole job: both components' steps, its log found from the submit line (22.05's
+    # JSON has none), and the culprit is rank 1, on component 1's node
+    assert whole.returncode == 0, whole.stderr
+    snapshot = json.loads(whole.stdout)
+    steps = {s["id"]: (s["state"], s["exit_code"]) for s in snapshot["postmortem"]["steps"]}
+    assert steps[f"{leader}+1.0"] == ("FAILED", 3) and f"{leader}+0.0" in steps, steps
+    top = snapshot["verdicts"][0]
+    assert (top["kind"], top["culprit_ranks"]) == ("rank_exited", [1]), snapshot["verdicts"]
+    assert snapshot["postmortem"]["world_size"] == 2
+    assert len(snapshot["job"]["nodes"]) == 2 and snapshot["job"]["het_job_id"] == leader
+    # AND one component is itself: its steps only
+    assert alone.returncode == 0, alone.stderr
+    one = json.loads(alone.stdout)
+    assert [s["id"] for s in one["postmortem"]["steps"]] == [f"{leader}+1.0"]
+    assert one["job"]["het_job_offset"] == "1"
