@@ -103,8 +103,13 @@ def _header(snapshot: Snapshot, analysis: Analysis) -> str:
     parts = [f"job {label}" + (f" ({clean(job.name)})" if job.name else "")]
     if job.user:
         parts.append(clean(job.user))
-    parts.append(f"{len(snapshot.nodes)} node{'s' if len(snapshot.nodes) != 1 else ''}")
-    parts.append(f"{len(analysis.ranks)} rank{'s' if len(analysis.ranks) != 1 else ''}")
+    nodes, ranks = len(snapshot.nodes), len(analysis.ranks)
+    if snapshot.postmortem is not None:  # stacks only from cores: the job's own counts
+        nodes = len(job.nodes) or nodes
+        world = snapshot.postmortem.get("world_size")
+        ranks = world if isinstance(world, int) and world > ranks else ranks
+    parts.append(f"{nodes} node{'s' if nodes != 1 else ''}")
+    parts.append(f"{ranks} rank{'s' if ranks != 1 else ''}")
     if snapshot.postmortem is not None:
         parts.append(f"ended {clean(job.state)}" + (f" after {clean(job.run_time)}" if job.run_time else ""))
     elif job.run_time:

@@ -84,6 +84,12 @@ def test_the_postmortem_of_a_het_job_names_the_rank_of_the_second_component():
     assert snapshot.postmortem["world_size"] == 2
     assert (snapshot.job.het_job_id, snapshot.job.het_job_offset) == ("60", None)
     assert snapshot.job.nodes == ("node003", "node004")
+    # AND the terminal header counts the job's nodes and ranks (no stacks: no core was read)
+    from slurmdiag.analysis import analyze
+    from slurmdiag.post_mortem.cli import summary_lines
+
+    header = summary_lines(snapshot, analyze(snapshot), color=False)[0]
+    assert " · 2 nodes · 2 ranks · ended FAILED after 3 s · " in header, header
 
 
 # ---------------------------------------------------------------- a lone exit, and its liars
