@@ -48,9 +48,10 @@ TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 CLUSTER_SCRIPT = REPO_ROOT / "deploy" / "local-cluster" / "cluster"
 CLUSTER_NODES = 4
-#: A scenario job needs 10-20 s alone; with the ~17 suite scenarios starting at once on 2 cores,
-#: 60-120 s (a bound on waiting, not a timing assertion).
-SCENARIO_READY_TIMEOUT = 180.0
+#: A scenario job needs 10-20 s alone; with the ~28 suite scenarios starting at once on 2 cores
+#: (112 ranks importing torch), the first one was still importing after 180 s in two fresh-clone
+#: CIs of session 34 (a bound on waiting, not a timing assertion).
+SCENARIO_READY_TIMEOUT = 420.0
 
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
