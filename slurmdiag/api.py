@@ -142,14 +142,9 @@ def _collect_components(
     its leader's id and ``--het-group``), all at once, their outcomes merged in the job's node
     order. ``on_started`` runs once, when the first has started."""
 
-    def het_group(job: Any) -> tuple[str, int] | None:
-        if job.het_job_id and job.het_job_offset is not None:
-            return (job.het_job_id, job.het_job_offset)
-        return None
-
     if len(components) == 1:
         job = components[0]
-        return fan_out.collect(job.job_id, job.nodes, options, het_group=het_group(job),
+        return fan_out.collect(job.job_id, job.nodes, options, het_group=job.het_group,
                                progress=progress, on_started=on_started, on_document=on_document)
     total = sum(len(job.nodes) for job in components)
     answered = [0] * len(components)
@@ -175,7 +170,7 @@ def _collect_components(
 
         try:
             results[index] = fan_out.collect(
-                job.job_id, job.nodes, options, het_group=het_group(job), progress=counted,
+                job.job_id, job.nodes, options, het_group=job.het_group, progress=counted,
                 on_started=first_started, on_document=on_document)
         except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
             results[index] = exc

@@ -309,11 +309,7 @@ def node_checks(
             raise
         except SlurmdiagError as exc:
             return [Check(f"job {job}", "failed", exc.message, exc.hint)]
-        for found in components:
-            het_group = None
-            if found.het_job_id and found.het_job_offset is not None:
-                het_group = (found.het_job_id, found.het_job_offset)
-            targets.append((list(found.nodes), found.job_id, het_group))
+        targets += [(list(found.nodes), found.job_id, found.het_group) for found in components]
     else:
         assert nodes_list is not None
         try:
@@ -338,9 +334,7 @@ def node_checks(
                                 wait_s=max(1, int(timeout_s / 2)))
         return nodes, runner(argv, timeout_s, env=env), argv
 
-    if len(targets) == 1:
-        return node_checks_from_steps([step(targets[0])])
-    with ThreadPoolExecutor(max_workers=len(targets)) as pool:  # the components at once
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:  # a het job's components at once
         return node_checks_from_steps(list(pool.map(step, targets)))
 
 

@@ -98,17 +98,26 @@ def _log_paths(record: SlurmRecord, job_id: str, logs: Sequence[str]) -> list[tu
 
 
 def _het_task_bases(record: SlurmRecord) -> dict[str, int]:
-    """node -> the first rank of its het component in a step across the components: srun
-    numbers a het step's tasks per component in its ``task N`` lines (component 1's first task
-    is ``task 0``), SLURM_PROCID runs on over them. The tasks of a component are those of its
-    widest numbered step (``srun --het-group=0,1`` runs one step in each)."""
+    """node -> the first rank of its het component in the step that spans every component:
+    srun numbers a het step's tasks per component in its ``task N`` lines (component 1's first
+    task is ``task 0``), SLURM_PROCID runs on over them. ``srun --het-group=0,1`` is step S in
+    each component; of such steps the widest. A step of one component only (a second srun in
+    the leader) says nothing of the others' numbering. No spanning step: no mapping."""
+    labels = [c.label for c in record.components]
+    tasks: dict[str, dict[str, int]] = {}  # step id -> component label -> its tasks there
+    for s in record.steps:
+        if (s.step or "").isdigit():
+            tasks.setdefault(s.step or "", {})[s.label] = s.ntasks or 0
+    spanning = [by for by in tasks.values() if set(by) == set(labels)]
+    if not spanning:
+        return {}
+    widest = max(spanning, key=lambda by: sum(by.values()))
     bases: dict[str, int] = {}
     first = 0
     for component in record.components:
         for node in expand_hostlist(component.nodes or "") if component.nodes else ():
             bases.setdefault(node, first)
-        first += max((s.ntasks or 0 for s in record.steps
-                      if s.label == component.label and (s.step or "").isdigit()), default=0)
+        first += widest[component.label]
     return bases
 
 

@@ -77,8 +77,7 @@ def probe(job_id: str | int | None = None, *, nodes: str | None = None, timeout_
         found = discover_components(job_ref_from_user(str(job_id)), run_command)
         slurm_job = found[0] if len(found) == 1 else whole_het_job(found)
         job, names = to_job(slurm_job), list(slurm_job.nodes)
-        parts = [Component(c.job_id, (c.het_job_id, c.het_job_offset), c.nodes)
-                 for c in found if c.het_job_id and c.het_job_offset is not None]
+        parts = [Component(c.job_id, c.het_group, c.nodes) for c in found if c.het_group]
         result = run_probe(slurm_job.job_id, names, options, components=parts)
     else:
         names = expand_hostlist(str(nodes))

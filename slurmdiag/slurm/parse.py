@@ -134,6 +134,14 @@ class SlurmJob:
     # Every key of the record as printed (detail-line keys live in `details` only).
     raw: dict[str, str] = field(default_factory=dict, hash=False, repr=False)
 
+    @property
+    def het_group(self) -> tuple[str, int] | None:
+        """(leader's id, offset) of a heterogeneous job's component, what srun's ``--jobid``
+        and ``--het-group`` take (srun refuses the component's own id); None otherwise."""
+        if self.het_job_id and self.het_job_offset is not None:
+            return (self.het_job_id, self.het_job_offset)
+        return None
+
 
 _NO_VALUE = frozenset({"", "(null)", "Unknown", "N/A", "None", "NONE", "n/a"})
 

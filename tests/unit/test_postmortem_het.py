@@ -128,3 +128,20 @@ def test_a_lone_exit_whose_peers_wrote_the_same_error_says_they_may_have_failed_
     # the same line (what would make the verdict lie: they were failing the same way)
     assert (first.kind, first.culprit_ranks) == ("rank_exited", (0,))
     assert any(e.startswith("ranks 1-3 last wrote the same line") for e in first.evidence), first.evidence
+
+
+def test_a_step_of_the_leader_alone_does_not_shift_the_other_components_ranks():
+    from dataclasses import replace
+
+    from slurmdiag.post_mortem.build import _het_task_bases
+
+    # GIVEN job 60 whose leader also ran a 4-task step 1 of its own before the het step 0
+    # (1 task a component): what would make "the widest step of each component" lie
+    record = read_slurm_record(parse_job_id("60"), _runner("het"))
+    own = replace(record.steps[1], step="1", ntasks=4)
+    record = replace(record, steps=(*record.steps, own))
+    # THEN node004's first rank is still 1: only a step in every component numbers them
+    assert _het_task_bases(record) == {"node003": 0, "node004": 1}
+    # AND with no step spanning the components, no task line is renumbered
+    alone = replace(record, steps=tuple(s for s in record.steps if s.label == "60+0"))
+    assert _het_task_bases(alone) == {}
