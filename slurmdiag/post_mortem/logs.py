@@ -44,6 +44,24 @@ _PEER_LOST = re.compile(
     r"Connection (?:closed|reset) by peer|remote worker crashing|Broken pipe|"
     r"ProcessGroupGloo.*(?:closed|reset)|Socket Timeout|recvValue failed|Connection refused"
 )
+# A collective mismatch named by the library that saw it. gloo checks only sizes, on the rank that
+# receives (``gloo::EnforceNotMet`` aborts it, or a RuntimeError of a Python call): not the rank
+# that differs. torch's own check (TORCH_DISTRIBUTED_DEBUG=DETAIL) compares every collective's
+# fingerprint across ranks before it runs and names both sides.
+_GLOO_MISMATCH = re.compile(
+    r"Received data size doesn't match expected size|Is there a distributed collective mismatch")
+_GLOO_BYTES = re.compile(r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d+) vs (?P<want>\d+)")
+_FINGERPRINTS = re.compile(
+    r"Detected mismatch between collectives on ranks\. Rank (?P<a>\d+) is running "
+    r"(?:inconsistent )?collective: (?P<fa>.*?), but Rank (?P<b>\d+) is running "
+    r"(?:inconsistent )?collective: (?P<fb>.*)")
+_FINGERPRINT_FIELD = {
+    "op": re.compile(r"OpType=(\w+)"),
+    "shape": re.compile(r"TensorShape=(\[[^\]]*\](?:, \[[^\]]*\])*)"),
+    "dtypes": re.compile(r"TensorDtypes=([\w, ]+?)(?:, TensorDeviceTypes|\)|$)"),
+    "seq": re.compile(r"SequenceNumber=(\d+)"),
+}
+_DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(?P<how>.+)$")
 _FATAL_SIGNAL = re.compile(r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|"
                            r"Floating point exception|Illegal instruction)")
 _SIGNAL_WORDS = {
@@ -90,6 +108,32 @@ def _collective_of(frames: str) -> str | None:
         path, _, rest = entry.partition(":")
         if path.endswith("distributed_c10d.py"):
             return rest.partition(":")[2] or None
+    return None
+
+
+def mismatch_fields(text: str) -> dict[str, str] | None:
+    """What a collective-mismatch line says: torch's two fingerprints (``rank_a``, ``op_a``,
+    ``shape_a``, ... of the rank that printed it and of the one it names), gloo's byte counts;
+    None when the line names no mismatch."""
+    fingerprints = _FINGERPRINTS.search(text)
+    if fingerprints:
+        fields = {"detector": "torch", "rank_a": fingerprints.group("a"),
+                  "rank_b": fingerprints.group("b")}
+        for side in ("a", "b"):
+            for name, pattern in _FINGERPRINT_FIELD.items():
+                found = pattern.search(fingerprints.group(f"f{side}"))
+                if found:
+                    fields[f"{name}_{side}"] = found.group(1).strip()
+        differ = _DIFFER.search(text)
+        if differ:
+            fields["differ"] = " ".join(differ.group("how").split())[:200]
+        return fields
+    if _GLOO_MISMATCH.search(text):
+        fields = {"detector": "gloo"}
+        sizes = _GLOO_BYTES.search(text)
+        if sizes:
+            fields.update(received_bytes=sizes.group("got"), expected_bytes=sizes.group("want"))
+        return fields
     return None
 
 
@@ -153,6 +197,10 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         if "slurmstepd" in line and _OOM.search(line):
             findings.append(LogFinding(source, number, "oom_kill", line.strip()[:500], owner, None, {}))
             continue
+        if _GLOO_MISMATCH.search(line):  # gloo's abort ("what(): [enforce fail ...]")
+            findings.append(LogFinding(source, number, "collective_mismatch", line.strip()[:500],
+                                       owner, None, mismatch_fields(line) or {}))
+            continue
         fatal = _FATAL_SIGNAL.search(line)
         if fatal:
             findings.append(LogFinding(source, number, "fatal_signal", line.strip()[:500], owner, None,
@@ -164,7 +212,16 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         fields = dict(finding.fields)
         timeout = _GLOO_TIMEOUT.search(finding.text)
         kind = "exception"
-        if timeout:
+        # the exception line is where it was printed: the end of the block, for ordering
+        end = _exception_line(normalized_text, finding)
+        # (read whole: a fingerprint runs past the 500 characters a finding keeps)
+        mismatch = mismatch_fields(normalized[end - 1]) if 0 < end <= len(normalized) else None
+        if mismatch:
+            kind = "collective_mismatch"
+            fields.update(mismatch)
+            # the same line seen alone above: the traceback's finding, with its frames, instead
+            findings = [f for f in findings if not (f.kind == kind and f.line_no == end)]
+        elif timeout:
             kind = "collective_timeout"
             fields.update(timeout_ms=timeout.group("ms"), direction=timeout.group("dir"))
         elif _PEER_LOST.search(finding.text):
@@ -172,8 +229,6 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         collective = _collective_of(fields.get("frames", ""))
         if collective:
             fields["op"] = collective
-        # the exception line is where it was printed: the end of the block, for ordering
-        end = _exception_line(normalized_text, finding)
         fields["start_line"] = str(finding.line_no)
         findings.append(LogFinding(source, end, kind, finding.text, exc_rank, None, fields))
     for finding in parse_nccl_log(text, source=source):
@@ -189,7 +244,7 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
 def _exception_line(text: str, finding: LogFinding) -> int:
     """The line number of a traceback's exception line (its block starts at finding.line_no)."""
     lines = text.splitlines()
-    for number in range(finding.line_no, min(len(lines), finding.line_no + 400)):
+    for number in range(finding.line_no, min(len(lines), finding.line_no + 400) + 1):
         if finding.text and finding.text in lines[number - 1]:
             return number
     return finding.line_no

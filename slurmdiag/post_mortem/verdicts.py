@@ -4,7 +4,9 @@ Pure: a function of Slurm's record, the ranks' log findings (in written order) a
 
 Kinds: ``rank_crashed`` (a fatal signal such as SIGSEGV), ``rank_killed`` (SIGKILL from outside:
 the OOM killer, an administrator, a health check), ``out_of_memory``, ``rank_exception`` (a Python
-exception that is not a lost peer), ``collective_timeout`` (ranks timed out waiting in a
+exception that is not a lost peer), ``mismatched_collective`` (gloo or torch's collective check
+found ranks calling a collective with different sizes or ops; torch's check names the rank that
+differs, gloo's only the rank that noticed), ``collective_timeout`` (ranks timed out waiting in a
 collective; the culprits are the ranks that never reached it), ``node_failure``, ``time_limit``,
 ``cancelled`` (by a user: not a failure), ``completed``, ``unexplained`` (Slurm says it failed,
 the logs do not say why).
@@ -12,6 +14,7 @@ the logs do not say why).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from slurmdiag.analysis.stacks import (
@@ -30,7 +33,8 @@ from slurmdiag.snapshot import Frame, LogFinding, Verdict
 from slurmdiag.vocabulary import VerdictKind
 
 # What an event says about its rank: a cause, or a consequence of another rank's end.
-CAUSES = ("fatal_signal", "task_exit", "exception", "collective_timeout", "oom_kill")
+CAUSES = ("fatal_signal", "task_exit", "exception", "collective_timeout", "oom_kill",
+          "collective_mismatch")
 CONSEQUENCES = ("peer_lost", "task_terminated")
 
 NEXT_STEPS = {
@@ -44,6 +48,13 @@ NEXT_STEPS = {
     "rank_exited": "read the culprit's last lines (its own message before the exit) and where its "
                    "code calls sys.exit or os._exit with that code; the other ranks only lost "
                    "their peer",
+    "mismatched_collective": "make every rank call the collective at the site with tensors of "
+                             "one shape and dtype (a length computed from the rank's own data: "
+                             "bincount, unique, a variable-length batch) and in the same order",
+    "mismatched_collective_unnamed": "run again with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch then "
+                                     "checks each collective's op and shapes across ranks and "
+                                     "names the rank that differs (or read the Flight Recorder "
+                                     "dumps' input sizes)",
     "collective_timeout": "look at what the culprit ranks were doing instead of the collective "
                           "(their last lines, Flight Recorder); next time run 'slurmdiag attach' "
                           "or 'slurmdiag watch' before the timeout fires",
@@ -167,6 +178,14 @@ def postmortem_verdicts(
     cores_by_rank: dict[int, CoreStack] = {c.rank: c for c in cores if c.rank is not None}
     if cause is None and not cores_by_rank:
         cause = lone_exit(findings)
+    mismatches = [f for f in findings if f.kind == "collective_mismatch"
+                  and (cancel is None or order_key(f) < order_key(cancel))]
+    if mismatches:
+        # a mismatch explains the aborts and lost peers around it, in whatever order srun
+        # merged them: it is the cause (gloo's abort, srun's "task N: Aborted", a core)
+        verdicts.append(_mismatch_verdict(mismatches, findings, last_lines))
+        cause = None
+        cores_by_rank = {}
 
     node_lost = [f for f in findings if f.kind == "node_failure"]
     if "NODE_FAIL" in states or node_lost:
@@ -342,6 +361,102 @@ def _cause_verdict(
         culprit_ranks=(rank,), sites=(site,) if site else (),
         evidence=(_cite(cause), *_rank_tail(rank, last_lines)),
         next_step=NEXT_STEPS["rank_exception"])
+
+
+def _mismatch_verdict(
+    mismatches: Sequence[LogFinding],
+    findings: Sequence[LogFinding],
+    last_lines: Mapping[int, Sequence[str]],
+) -> Verdict:
+    """Ranks called one collective differently. torch's check (TORCH_DISTRIBUTED_DEBUG=DETAIL)
+    prints each rank's fingerprint and the one it differs from: the ranks whose fingerprint is
+    not the largest group's differ (a tie names nobody). gloo's check fires on the rank that
+    receives the odd data, a peer of the rank that differs: it names nobody."""
+    prints: dict[int, tuple[str, str, str]] = {}
+    implied: dict[int, tuple[str, str, str]] = {}
+    for finding in sorted(mismatches, key=order_key):
+        sides: dict[str, int] = {}
+        for side in ("a", "b"):
+            value = finding.fields.get(f"rank_{side}")
+            if value is not None and value.isdigit():
+                sides[side] = int(value)
+                prints.setdefault(int(value), tuple(  # type: ignore[arg-type]
+                    finding.fields.get(f"{name}_{side}", "?") for name in ("op", "shape", "dtypes")))
+        if len(sides) == 2:
+            # torch's check names the first rank, in rank order, whose fingerprint differs from
+            # its own: every rank before it ran what this one ran (what a rank that srun ended
+            # before it printed still tells)
+            for before in range(sides["b"]):
+                if before != sides["a"]:
+                    implied.setdefault(before, prints[sides["a"]])
+    for before, fingerprint in implied.items():
+        prints.setdefault(before, fingerprint)
+    noticed = sorted({f.rank for f in mismatches if f.rank is not None})
+    site = _common_site([*mismatches, *(f for f in findings if f.kind == "peer_lost")], findings)
+    op = next((f.fields["op"] for f in mismatches if f.fields.get("op")), None) or next(
+        (f.fields["op"] for f in findings if f.kind == "peer_lost" and f.fields.get("op")), "a collective")
+    at = f" at {site}" if site else ""
+    evidence = [_cite(f) for f in sorted(mismatches, key=order_key)[:3]]
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for member, fingerprint in sorted(prints.items()):
+        groups.setdefault(fingerprint, []).append(member)
+    ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1]))
+    culprits: list[int] = []
+    if len(ranked) > 1:
+        if len(ranked[0][1]) > len(ranked[1][1]):
+            reference = ranked[0]
+            culprits = sorted(r for fingerprint, ranks in ranked[1:] for r in ranks)
+            summary = (f"{_label(culprits)} called {op}{at} unlike {_label(reference[1])}: "
+                       + "; ".join(f"{_label(ranks)} {_fingerprint(fingerprint)}"
+                                   for fingerprint, ranks in ranked)
+                       + " (torch's collective check, TORCH_DISTRIBUTED_DEBUG=DETAIL)")
+        else:
+            summary = (f"the ranks called {op}{at} differently: "
+                       + "; ".join(f"{_label(ranks)} {_fingerprint(fingerprint)}" for fingerprint, ranks in ranked)
+                       + " (torch's collective check): as many on each side, which one diverged "
+                       "cannot be told")
+        lost = _victims(findings, set(prints))
+        if lost:
+            summary += f"; {_label(lost)} then lost their peers"
+        printed = sorted({f.rank for f in mismatches if f.rank is not None})
+        evidence.append(f"{_label(printed)} printed the check's fingerprints (its own and the first "
+                        "rank's, in rank order, that differs from it)"
+                        + (f"; {_label(sorted(set(prints) - set(printed)))} read from them"
+                           if set(prints) - set(printed) else ""))
+        next_step = NEXT_STEPS["mismatched_collective"]
+    else:
+        sizes = next((f for f in mismatches if f.fields.get("received_bytes")), None)
+        got = (f" ({sizes.fields['received_bytes']} bytes received where "
+               f"{sizes.fields['expected_bytes']} were expected)") if sizes else ""
+        where = f" on {_label(noticed)}" if noticed else ""
+        summary = (f"gloo found a collective mismatch{where}: the data from a peer did not have "
+                   f"the size it expected{got}: the ranks passed tensors of different sizes to "
+                   f"{op}{at}, or called different collectives; which rank differs the logs "
+                   "read do not say (gloo notices on a peer of that rank)")
+        lost = _victims(findings, set(noticed))
+        if lost:
+            summary += f"; {_label(lost)} then lost their peers"
+        next_step = NEXT_STEPS["mismatched_collective_unnamed"]
+        for who in noticed[:2]:
+            evidence.extend(_rank_tail(who, last_lines, 2))
+    return Verdict(kind=VerdictKind.MISMATCHED_COLLECTIVE, severity="critical", summary=summary,
+                   culprit_ranks=tuple(culprits), sites=(site,) if site else (),
+                   evidence=tuple(evidence), next_step=next_step)
+
+
+def _fingerprint(fingerprint: tuple[str, str, str]) -> str:
+    """``with ALLREDUCE, shape [10], Float``: what a rank ran, as torch's check printed it."""
+    op, shape, dtypes = fingerprint
+    return f"with {op}, shape {shape}, {dtypes}"
+
+
+def _common_site(tracebacks: Iterable[LogFinding], findings: Sequence[LogFinding]) -> str | None:
+    """The job's own line most of these tracebacks pass through last (their shared call)."""
+    roots = script_roots(findings)
+    sites = [_user_site_of_frames(f.fields["frames"], roots) for f in tracebacks
+             if f.fields.get("frames")]
+    counted = Counter(site for site in sites if site)
+    return counted.most_common(1)[0][0] if counted else None
 
 
 def _same_last_line(rank: int, last_lines: Mapping[int, Sequence[str]]) -> tuple[str, ...]:

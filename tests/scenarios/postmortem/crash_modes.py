@@ -13,6 +13,14 @@ The same small data-parallel loop as the hang scenarios (gloo, CPU, 2 nodes x 2 
 - ``stall``: rank 3 stalls in ``load_next_shard`` as above with the default 2 h timeout; the
   test kills it with a signal (the OOM killer's SIGKILL), or cancels the job, or lets the
   time limit end it.
+- ``size_mismatch``: at step 3 every rank sums its batch's class counts over the ranks
+  (``torch.bincount``: as long as the largest label the rank saw, plus one); rank 3's batch
+  holds the one label the others lack, so its tensor is one longer. gloo notices on the rank
+  that receives from it and aborts that process (``gloo::EnforceNotMet``: "Received data size
+  doesn't match expected size"), the others fail with "Connection reset/closed by peer": the
+  rank that aborted is where the mismatch was seen, not the one that differs.
+- ``exit``: rank 3 finds its shard empty, prints why on stderr and calls ``sys.exit(3)``: no
+  traceback, no signal; srun (``--kill-on-bad-exit=1``) terminates the others.
 - ``train``: nobody misbehaves; every rank keeps training. The test kills a node under it
   (its slurmd, the job's step daemons and ranks there, as a dead machine loses them):
   slurmctld marks the node DOWN after SlurmdTimeout and the job ends NODE_FAIL; the ranks on
@@ -49,6 +57,19 @@ def decode_sample(buffer: int) -> bytes:
     return ctypes.string_at(buffer, 16)  # CULPRIT
 
 
+#: Labels of a batch: every rank's shard holds classes 0..NUM_CLASSES-2; rank 3's also the last.
+NUM_CLASSES = 10
+
+
+def class_counts(rank: int) -> torch.Tensor:
+    """How often each class occurs in this step's batches, summed over the ranks."""
+    seen = NUM_CLASSES if rank == CULPRIT_RANK else NUM_CLASSES - 1
+    labels = torch.arange(64) % seen
+    counts = torch.bincount(labels).float()  # as long as the largest label seen, plus one
+    dist.all_reduce(counts)  # CULPRIT
+    return counts
+
+
 def dump_flight_recorder(rank: int) -> None:
     """What NCCL's watchdog does on a timeout: the Flight Recorder buffer to a per-rank file."""
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
@@ -72,10 +93,17 @@ def main() -> None:
     for step in range(STEPS):
         if step == CULPRIT_STEP and mode == "train":
             harness.report_ready(info, f"step {step}: training", role="healthy")
+        elif step == CULPRIT_STEP and mode == "size_mismatch":
+            harness.report_ready(info, f"step {step}: class counts", role="culprit"
+                                 if info.rank == CULPRIT_RANK else "waiting")
+            class_counts(info.rank)
         elif step == CULPRIT_STEP and info.rank == CULPRIT_RANK:
             harness.report_ready(info, f"step {step}: {mode}", role="culprit")
             if mode == "segfault":
                 decode_sample(8)  # a freed buffer's address
+            elif mode == "exit":
+                print(f"rank {info.rank}: shard {step} has 0 samples, giving up", file=sys.stderr)
+                sys.exit(3)
             else:
                 load_next_shard(step)
         elif step == CULPRIT_STEP:

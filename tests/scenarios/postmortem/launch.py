@@ -47,6 +47,7 @@ def batch_script(truth: dict[str, Any], state_dir: Path, python: str) -> str:
         "PYTHONPATH": str(SCENARIO_DIR), "SLURMDIAG_SCENARIO_DIR": str(state_dir),
         "POSTMORTEM_MODE": truth["mode"], "POSTMORTEM_PG_TIMEOUT_S": str(PG_TIMEOUT_S),
     }
+    env.update(truth.get("env", {}))  # the scenario's own (TORCH_DISTRIBUTED_DEBUG)
     if truth.get("stall_s"):
         env["POSTMORTEM_STALL_S"] = str(truth["stall_s"])
     if truth.get("flight_recorder"):
