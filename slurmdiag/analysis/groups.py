@@ -16,6 +16,14 @@ ProcessGroup in it and others ``-100``: it holds the result of one ``new_group``
 every rank, so its members are the ranks holding a group. A name that holds a group on every
 rank (``half = evens if even else odds``) tells nothing and is not used. A collective's group
 is named by the first record whose address is the collective's own on that rank.
+
+A name that holds a group on every rank is used only when no record names a rank's collective,
+and only when the job's names are consistent: every rank holds a ProcessGroup under it (not
+-100), and it aliases the other such names the same way on every rank (two names that hold
+one group on one rank and two groups on another are no one ``new_group`` call each). Such a
+name is a group of every rank (``{task: dist.new_group(all ranks) for task in tasks}``:
+metric_group_order, where ranks wait at one line on two of them); ``half = evens if even else
+odds`` is named by its records first.
 """
 
 from __future__ import annotations
@@ -102,12 +110,43 @@ def read_groups(ranks: Iterable[tuple[int, Sample | None, tuple[Frame, ...]]],
         complete = world is not None and set(values) == set(range(world))
         if kinds == {True, False} and complete:
             members[name] = tuple(sorted(r for r, v in values.items() if v != NON_MEMBER))
+    everyone = _everyones_names(holders, per_rank, world)
     collective: dict[int, str] = {}
+    unnamed: list[int] = []
     for rank, (names, address, default) in per_rank.items():
         if default:
             collective[rank] = WORLD
         elif address is not None:
             named = next((n for n in members if names.get(n) == address), None)
+            if named is None:
+                named = next((n for n in everyone if names.get(n) == address), None)
+                if named is not None and world is not None:
+                    members[named] = tuple(range(world))
             if named is not None:
                 collective[rank] = named
+            else:
+                unnamed.append(rank)
+    # py-spy shows a dict's first items only ({"qa": <group>, ...}): a rank whose collective is
+    # not the group that name holds on it, where other ranks' collectives are, is on another
+    # group, unnamed
+    used = [n for n in everyone if n in collective.values()]
+    for rank in unnamed:
+        if len(used) == 1:
+            collective[rank] = f"a group other than {used[0]}"
     return GroupView(collective, members, tuple(sorted(per_rank)))
+
+
+def _everyones_names(holders: Mapping[str, Mapping[int, str]],
+                     per_rank: Mapping[int, tuple[dict[str, str], str | None, bool]],
+                     world: int | None) -> list[str]:
+    """Names that hold a ProcessGroup on every rank and alias each other alike on every rank
+    (one name for one group on every rank), in the order the ranks' frames show them."""
+    if world is None:
+        return []
+    held = [name for name, values in holders.items()  # innermost frame's first
+            if set(values) == set(range(world)) and NON_MEMBER not in values.values()]
+
+    def alike(a: str, b: str) -> bool:
+        return len({per_rank[r][0][a] == per_rank[r][0][b] for r in range(world)}) == 1
+
+    return [name for name in held if all(alike(name, other) for other in held if other != name)]

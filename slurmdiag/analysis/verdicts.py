@@ -1599,8 +1599,11 @@ def _mismatched(waiting: list[_Status], evidence_extra: list[str], severity: str
             against = _majority_diverged(first, culprit_groups)
     ops = {g[0].op for g in groups}
     same_op = len(ops) == 1
+    one_site = len({g[0].site for g in groups}) == 1 and len({g[0].group for g in groups}) > 1
     how = (
-        f"the same collective ({groups[0][0].op}) from different call sites"
+        f"the same collective ({groups[0][0].op}) at one line on different process groups"
+        if same_op and one_site
+        else f"the same collective ({groups[0][0].op}) from different call sites"
         if same_op
         else "different collectives"
     )
@@ -4345,7 +4348,7 @@ def _with_groups(statuses: list[_Status], view: GroupView, world: int | None
     members = dict(view.members)
     members[WORLD] = tuple(range(world)) if world else ()
     out = [
-        replace(s, group=view.collective[s.rank], members=members[view.collective[s.rank]],
+        replace(s, group=view.collective[s.rank], members=members.get(view.collective[s.rank], ()),
                 position=(view.collective[s.rank], *(s.position or ())))
         if id(s) in keyed
         else s
