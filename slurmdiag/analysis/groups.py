@@ -44,7 +44,9 @@ _PG_RE = re.compile(_PG)
 _ITEM_RE = re.compile(r'"([^"]{1,80})": (?:' + _PG + r"|(-100)\b)")
 # a list of new_group results (``[dist.new_group(r) for r in layout]``): groups and -100s only
 _ENTRY = r"(?:<torch\._C\._distributed_c10d\.ProcessGroup at 0x[0-9a-fA-F]+>|-100)"
-_LIST_RE = re.compile(r"\[" + _ENTRY + r"(?:, " + _ENTRY + r")*\]")
+# (py-spy shows a list's or dict's first items only, then ``...``: ``[<group>, ...]``; the items
+# shown keep their positions)
+_LIST_RE = re.compile(r"\[" + _ENTRY + r"(?:, " + _ENTRY + r")*(?:, \.\.\.)?\]")
 _ENTRY_RE = re.compile(_PG + r"|(-100)")
 
 

@@ -65,3 +65,25 @@ def test_every_rank_on_its_named_group_is_one_group() -> None:
 def test_without_the_world_size_no_name_holds_for_every_rank() -> None:
     ranks = [(r, _sample(0x100 + r, {"qa": 0x100 + r}), FRAMES) for r in range(3)]
     assert dict(read_groups(ranks, None).collective) == {}
+
+
+def test_a_list_py_spy_cut_short_keeps_the_items_it_shows() -> None:
+    # py-spy 0.4 prints a list of two or more groups as its first item and "..." (measured:
+    # `[<torch._C._distributed_c10d.ProcessGroup at 0x7f098b31eb70>, ...]`)
+    def sample(rank: int) -> Sample:
+        first = 0x100 + rank
+        return Sample(t=0.0, groups=((0, "group", PG.format(first if rank < 3 else 0x900)),
+                                     (1, "step_groups", f"[{PG.format(first)}, ...]")))
+
+    view = read_groups(((r, sample(r), FRAMES) for r in range(4)), 4)
+    name = "reduce_metrics's step_groups[0]"
+    assert dict(view.collective) == {0: name, 1: name, 2: name, 3: f"a group other than {name}"}
+
+
+@pytest.mark.parametrize("mode", ["default", "samples1"])
+def test_the_rank_a_step_behind_on_the_other_group_of_a_list_is_named(mode: str) -> None:
+    # group_parity_resume: all_reduce on comm_groups[step % 2], rank 3 resumed a step behind;
+    # each rank's list shown as `[<group>, ...]` (before: not read, all_waiting)
+    v = diagnose(recorded(f"group_parity_resume.{mode}")).verdicts[0]
+    assert (v.kind, v.culprit_ranks) == ("mismatched_collective", (3,)), v
+    assert "rank 3 waits in all_reduce on average_gradients's comm_groups[0]" in v.summary
