@@ -4,6 +4,8 @@ Fixtures
 --------
 local_cluster   the local Slurm cluster (deploy/local-cluster/cluster), started with
                 `cluster up --nodes 4` when `scontrol ping` fails; sets os.environ["SLURM_CONF"].
+                A slurmd that died is started again (support/cluster_health.py), here and
+                when a scenario job is not ready (that scenario then gets one more job).
 scenario_run    session cache of scenario jobs (tests/scenarios/<name>.json):
                     run = scenario_run("rank_gated_collective")  # submitted once, waited ready
                     run.pid(rank), run.truth, run.job_id, run.state_dir, run.output()
