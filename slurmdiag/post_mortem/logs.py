@@ -40,6 +40,11 @@ _NODE_FAILURE = re.compile(r"srun: error: Node failure on (?P<node>\S+)")
 _CANCELLED_BY = re.compile(r"CANCELLED AT \S+ (?:DUE TO [A-Z ]+ )?by (?:UID )?(?P<who>\S+)")
 _OOM = re.compile(r"Detected (?P<count>\d+) oom[_-]kill event|oom[_-]kill|Out Of Memory", re.IGNORECASE)
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<dir>recv|send) operation")
+# torch's monitored_barrier (gloo): rank 0 names the ranks that never came, the others say they
+# came and lost rank 0 (a consequence)
+_MONITORED_MISSING = re.compile(
+    r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
+_MONITORED_REACHED = re.compile(r"Rank \d+ successfully reached monitoredBarrier, but received errors")
 _PEER_LOST = re.compile(
     r"Connection (?:closed|reset) by peer|remote worker crashing|Broken pipe|"
     r"ProcessGroupGloo.*(?:closed|reset)|Socket Timeout|recvValue failed|Connection refused"
@@ -216,7 +221,14 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         end = _exception_line(normalized_text, finding)
         # (read whole: a fingerprint runs past the 500 characters a finding keeps)
         mismatch = mismatch_fields(normalized[end - 1]) if 0 < end <= len(normalized) else None
-        if mismatch:
+        missing = _MONITORED_MISSING.search(finding.text)
+        if missing:
+            kind = "collective_timeout"
+            fields.update(timeout_ms=missing.group("ms"), op="monitored_barrier",
+                          missing_ranks=",".join(missing.group("ranks").replace(" ", "").split(",")))
+        elif _MONITORED_REACHED.search(finding.text):
+            kind = "peer_lost"
+        elif mismatch:
             kind = "collective_mismatch"
             fields.update(mismatch)
             # the same line seen alone above: the traceback's finding, with its frames, instead
@@ -227,7 +239,7 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         elif _PEER_LOST.search(finding.text):
             kind = "peer_lost"
         collective = _collective_of(fields.get("frames", ""))
-        if collective:
+        if collective and "op" not in fields:
             fields["op"] = collective
         fields["start_line"] = str(finding.line_no)
         findings.append(LogFinding(source, end, kind, finding.text, exc_rank, None, fields))

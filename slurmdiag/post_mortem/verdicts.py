@@ -537,6 +537,11 @@ def _timeout_verdict(
     spoke = {f.rank for f in findings if f.kind in ("peer_lost", "exception")}
     exonerated = reached if flight_info.get("timed") else reached - spoke
     culprits = sorted(everyone - set(timed_out) - exonerated)
+    # monitored_barrier's rank 0 names the ranks that never came: those, not every rank that
+    # printed no timeout of its own (the others came and lost rank 0)
+    named = {int(r) for f in timeouts for r in f.fields.get("missing_ranks", "").split(",") if r.isdigit()}
+    if named:
+        culprits = sorted(named)
     cut_short = sorted({f.rank for f in findings if f.kind == "task_terminated" and f.rank in culprits
                         and f.rank is not None})
     where = f"{op}" + (f" (collective #{seq})" if seq else "")

@@ -96,3 +96,14 @@ def test_a_line_that_names_no_mismatch_is_none():
     assert fields is not None
     assert (fields["rank_a"], fields["op_a"], fields["rank_b"], fields["op_b"]) == (
         "1", "ALLGATHER", "0", "ALLREDUCE")
+
+
+def test_monitored_barrier_blames_the_rank_rank_0_names_not_the_first_to_print():
+    # GIVEN dist.monitored_barrier(timeout=5 s) with rank 3 asleep (four ranks' own files): rank
+    # 0 raised "Rank 3 failed to pass monitoredBarrier in 5000 ms", ranks 1-2 "successfully
+    # reached monitoredBarrier, but received errors ... from rank 0", rank 3 lost its peer
+    logs = [(str(PM / "monitored_barrier" / f"rank{r}.log"), r) for r in range(4)]
+    first = _verdicts("mismatch_detail", logs)[0]
+    # THEN rank 3 (before: rank_exception of rank 1, the file last written first)
+    assert (first.kind, first.culprit_ranks) == ("collective_timeout", (3,)), first
+    assert first.summary == "rank 0 timed out waiting in monitored_barrier after 5 s; rank 3 never reached it"
