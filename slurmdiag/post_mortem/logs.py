@@ -153,6 +153,7 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
     # One prefix form for the traceback parser: "N: line" (srun's label and torch's [rankN]:
     # both present would otherwise hide every traceback), the same line numbers.
     normalized: list[str] = []
+    rests: list[str] = []  # each line without its prefixes
     for number, raw in enumerate(text.splitlines(), start=1):
         # the rank: torch's [rankN]: (global), else srun's label (SLURM_PROCID); torchrun's
         # [defaultN]: is a LOCAL rank and only removed
@@ -162,6 +163,7 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         line_rank = prefixes.rank if prefixes.rank is not None else prefixes.task
         owner = line_rank if line_rank is not None else rank
         normalized.append(f"{owner}: {line}" if owner is not None else line)
+        rests.append(line)
         if owner is not None and line.strip():
             tail = tails.setdefault(owner, [])
             tail.append(line.rstrip()[:300])
@@ -243,6 +245,7 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
             fields["op"] = collective
         fields["start_line"] = str(finding.line_no)
         findings.append(LogFinding(source, end, kind, finding.text, exc_rank, None, fields))
+    findings.extend(_torchrun_root_causes(rests, source))
     for finding in parse_nccl_log(text, source=source):
         if finding.kind == "watchdog_timeout":
             fields = dict(finding.fields)
@@ -251,6 +254,43 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
                                        owner, finding.host, fields))
     findings.sort(key=lambda f: f.line_no)
     return findings, tails, labelled
+
+
+_ROOT_CAUSE = re.compile(r"^\s*Root Cause \(first observed failure\):\s*$")
+_ROOT_FIELD = re.compile(r"^\s*(?P<key>rank|exitcode|host|traceback)\s*:\s*(?P<value>.*?)\s*$")
+
+
+def _torchrun_root_causes(lines: list[str], source: str) -> list[LogFinding]:
+    """torchrun's (elastic's) failure summary names the rank that failed first, its exit code
+    and the signal that ended it (``exitcode : -9 (pid: 14022)  (SIGKILL)``): a rank killed by
+    a signal leaves no line of its own, and srun sees only the agent's exit. A negative exit
+    code is a ``fatal_signal`` of that global rank; a positive one a ``task_exit`` with it."""
+    found = []
+    for index, line in enumerate(lines):
+        if not _ROOT_CAUSE.match(line):
+            continue
+        fields: dict[str, str] = {}
+        for entry in lines[index + 1:index + 10]:
+            field = _ROOT_FIELD.match(entry)
+            if field:
+                fields.setdefault(field.group("key"), field.group("value"))
+            elif entry.strip().startswith("="):
+                break
+        rank = re.match(r"(\d+)", fields.get("rank", ""))
+        code = re.match(r"(-?\d+)", fields.get("exitcode", ""))
+        if not rank or not code:
+            continue
+        exit_code = int(code.group(1))
+        text = f"torchrun: rank {rank.group(1)} failed first: exitcode {fields['exitcode']}" + (
+            f"; {fields['traceback']}" if fields.get("traceback", "").startswith("Signal") else "")
+        extra = {"exit": f"exitcode {exit_code}", "launcher": "torchrun"}
+        if exit_code < 0:
+            found.append(LogFinding(source, index + 1, "fatal_signal", text, int(rank.group(1)),
+                                    fields.get("host"), {**extra, "signal": str(-exit_code)}))
+        elif exit_code > 0:
+            found.append(LogFinding(source, index + 1, "task_exit", text, int(rank.group(1)),
+                                    fields.get("host"), {**extra, "exit_code": str(exit_code)}))
+    return found
 
 
 def _exception_line(text: str, finding: LogFinding) -> int:

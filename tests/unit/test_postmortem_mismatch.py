@@ -107,3 +107,13 @@ def test_monitored_barrier_blames_the_rank_rank_0_names_not_the_first_to_print()
     # THEN rank 3 (before: rank_exception of rank 1, the file last written first)
     assert (first.kind, first.culprit_ranks) == ("collective_timeout", (3,)), first
     assert first.summary == "rank 0 timed out waiting in monitored_barrier after 5 s; rank 3 never reached it"
+
+
+def test_torchruns_root_cause_names_the_rank_a_signal_ended():
+    # GIVEN torchrun's log of two ranks where rank 1 was SIGKILLed (no line of its own; rank 0
+    # lost its peer; the agent's ChildFailedError summary says "Root Cause ... rank : 1 ...
+    # exitcode : -9 ... (SIGKILL)")
+    first = _verdicts("mismatch_detail", [(str(PM / "torchrun" / "local_torchrun_sigkill.log"), None)])[0]
+    # THEN rank 1 was killed (before: no cause read; the agent's task exit decided)
+    assert (first.kind, first.culprit_ranks) == ("rank_killed", (1,)), first
+    assert "rank 0 only died because of it" in first.summary
