@@ -19,6 +19,9 @@ The same small data-parallel loop as the hang scenarios (gloo, CPU, 2 nodes x 2 
   that receives from it and aborts that process (``gloo::EnforceNotMet``: "Received data size
   doesn't match expected size"), the others fail with "Connection reset/closed by peer": the
   rank that aborted is where the mismatch was seen, not the one that differs.
+- ``monitored``: rank 3 stalls in ``load_next_shard`` (POSTMORTEM_STALL_S); the others call
+  ``dist.monitored_barrier`` (10 s) before the step, as debugging guides advise: rank 0 raises
+  naming rank 3, ranks 1-2 that they reached it and lost rank 0.
 - ``exit``: rank 3 finds its shard empty, prints why on stderr and calls ``sys.exit(3)``: no
   traceback, no signal; srun (``--kill-on-bad-exit=1``) terminates the others.
 - ``train``: nobody misbehaves; every rank keeps training. The test kills a node under it
@@ -108,6 +111,8 @@ def main() -> None:
                 load_next_shard(step)
         elif step == CULPRIT_STEP:
             harness.report_ready(info, f"step {step}: all_reduce", role="waiting")
+            if mode == "monitored":
+                dist.monitored_barrier(timeout=timedelta(seconds=10))  # WAITING
         try:
             loss = training.train_step(model, training.synthetic_batch(info.rank, step))  # WAITING
         except RuntimeError:
