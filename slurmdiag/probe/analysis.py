@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 
 from slurmdiag.snapshot import Probe, ProbeLink, Verdict
 from slurmdiag.vocabulary import NodeStatus, VerdictKind
@@ -116,7 +117,7 @@ def probe_verdicts(probe: Probe | None) -> list[Verdict]:
                                 evidence=tuple(f"{x.source} -> {x.target}: {x.error or 'ok'}"
                                                for x in tests), next_step=_link_next_step(a, b)))
     verdicts += _mtu_verdicts(probe, set(bad_nodes))
-    verdicts += _slow_verdicts(probe, set(bad_nodes), failed)
+    verdicts += _slow_verdicts(probe, set(bad_nodes))
     verdicts += _collective_verdicts(probe)
     if not verdicts and probe.links:
         verdicts.append(Verdict(
@@ -162,7 +163,15 @@ def _mtu_verdicts(probe: Probe, bad: set[str]) -> list[Verdict]:
     return out
 
 
-def _slow_verdicts(probe: Probe, bad: set[str], failed: set[tuple[str, str]]) -> list[Verdict]:
+def slow_directions(probe: Probe, bad: AbstractSet[str] = frozenset()) -> set[tuple[str, str]]:
+    """(sender, receiver) directions whose every measurement is over SLOW_FACTOR x below the
+    median of all (failed tests and ``bad`` nodes left out): what the verdicts call slow, and
+    the report's matrix too."""
+    return _slow_rates(probe, bad)[0]
+
+
+def _slow_rates(probe: Probe, bad: AbstractSet[str]
+                ) -> tuple[set[tuple[str, str]], dict[tuple[str, str], list[float]], float]:
     # one directed measurement per (sender, receiver): source's upload, the target's download
     rates: dict[tuple[str, str], list[float]] = {}
     for x in probe.links:
@@ -174,9 +183,13 @@ def _slow_verdicts(probe: Probe, bad: set[str], failed: set[tuple[str, str]]) ->
             rates.setdefault((x.target, x.source), []).append(x.down_mbps)
     every = [r for rs in rates.values() for r in rs]
     if len(every) < 4:
-        return []
+        return set(), rates, 0.0
     median = statistics.median(every)
-    slow = {d for d, rs in rates.items() if all(r < median / SLOW_FACTOR for r in rs)}
+    return {d for d, rs in rates.items() if all(r < median / SLOW_FACTOR for r in rs)}, rates, median
+
+
+def _slow_verdicts(probe: Probe, bad: set[str]) -> list[Verdict]:
+    slow, rates, median = _slow_rates(probe, bad)
     if not slow:
         return []
     verdicts = []

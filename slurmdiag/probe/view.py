@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurmdiag.probe.analysis import slow_directions
 from slurmdiag.snapshot import Probe, ProbeLink
 
 MAX_MATRIX_NODES = 128  # beyond this the matrix lists only the nodes in a verdict
@@ -39,7 +40,7 @@ def _heat(rate: float, best: float) -> str:
     return f"background:hsl({int(30 + 90 * share)},65%,{int(80 - 8 * share)}%)"
 
 
-def _cell(link: ProbeLink | None, best: float, slow_below: float) -> MatrixCell:
+def _cell(link: ProbeLink | None, best: float, slow: set[tuple[str, str]]) -> MatrixCell:
     if link is None:
         return MatrixCell("·", "none", "background:#eceff3", "not tested")
     title = (f"{link.source} → {link.target}: "
@@ -54,7 +55,8 @@ def _cell(link: ProbeLink | None, best: float, slow_below: float) -> MatrixCell:
     if link.mtu_ok is False:
         return MatrixCell("MTU", "mtu", "background:#f08a24;color:#fff", title)
     rate = min(r for r in (link.up_mbps, link.down_mbps, best) if r is not None)
-    kind = "slow" if rate < slow_below else "ok"
+    # slow as the verdicts say it (every round of a direction), not one round's dip
+    kind = "slow" if {(link.source, link.target), (link.target, link.source)} & slow else "ok"
     return MatrixCell(f"{rate:.0f}" if rate >= 10 else f"{rate:.2f}", kind, _heat(rate, best), title)
 
 
@@ -69,10 +71,11 @@ def probe_view(probe: Probe, named_nodes: frozenset[str] = frozenset()) -> Probe
     best = rates[-1] if rates else 0.0
     median = rates[len(rates) // 2] if rates else 0.0
     status = {n.name: n.status for n in probe.nodes}
+    slow = slow_directions(probe)
     rows = []
     for a in names:
         cells = tuple(MatrixCell("—", "self", "background:#fff", a) if a == b
-                      else _cell(tests.get((a, b)), best, median / 10) for b in names)
+                      else _cell(tests.get((a, b)), best, slow) for b in names)
         rows.append(MatrixRow(a, status.get(a, "?"), cells))
     facts = (("mode", "inside the job's allocation" if probe.mode == "job" else "fresh allocation"),
              ("nodes", str(len(probe.nodes))), ("rounds", str(probe.rounds)),

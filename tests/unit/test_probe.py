@@ -16,6 +16,7 @@ from slurmdiag.analysis import analyze
 from slurmdiag.cli import main
 from slurmdiag.probe.analysis import probe_verdicts
 from slurmdiag.probe.run import ProbeOptions, assemble_collective, assemble_probe, probe_argv
+from slurmdiag.probe.view import probe_view
 from slurmdiag.report.render import render_html
 from slurmdiag.snapshot import Probe, ProbeLink, Snapshot
 from slurmdiag.transport.base import NodeOutcome
@@ -139,6 +140,17 @@ def test_one_slow_measurement_of_a_healthy_link_is_not_a_slow_link():
     first = probe.links[0]
     links = (dataclasses.replace(first, up_mbps=0.01),) + probe.links[1:]
     assert kinds(probe_verdicts(dataclasses.replace(probe, links=links))) == ["probe_clean"]
+    # AND the report's matrix says the same: no slow cell (a CI run drew one from a single
+    # starved round while the verdict was probe_clean)
+    cells = [c.kind for row in probe_view(dataclasses.replace(probe, links=links)).rows for c in row.cells]
+    assert "slow" not in cells and cells.count("ok") == 12
+
+
+def test_the_matrix_marks_slow_the_directions_the_verdict_calls_slow():
+    probe = load("slow_nsnode3_to_nsnode4").probe
+    slow = {(row.name, probe_view(probe).names[i]) for row in probe_view(probe).rows
+            for i, c in enumerate(row.cells) if c.kind == "slow"}
+    assert slow == {("nsnode3", "nsnode4"), ("nsnode4", "nsnode3")}
 
 
 def test_when_no_pair_can_talk_the_interface_is_named_not_every_link():
