@@ -133,19 +133,27 @@ def lone_exit(findings: Sequence[LogFinding]) -> LogFinding | None:
     """srun's ``task N: Exited with exit code C`` of the one rank that exited with an error,
     when nothing else is a cause: no traceback, signal or timeout in the logs read
     (``sys.exit(3)`` after a message of its own, ``os._exit``), every other rank ended 0, was
-    terminated or said nothing, and no cancel was written before it. With two ranks exiting
-    non-zero srun's order of their lines cannot tell which went first: None."""
+    terminated, said nothing or exited after losing a peer (its own traceback says a peer went
+    away: it was not first), and no cancel was written before it. With two ranks exiting
+    non-zero for no reason written, srun's order of their lines cannot tell which went first:
+    None."""
     ordered = sorted(findings, key=order_key)
     if any(_is_cause(f) or f.kind == "exception" for f in ordered):
         return None
+    lost_a_peer = {f.rank for f in ordered if f.kind == "peer_lost"}
     failed = [f for f in ordered if f.kind == "task_exit" and f.rank is not None
-              and f.fields.get("exit_code") not in (None, "0")]
+              and f.rank not in lost_a_peer and f.fields.get("exit_code") not in (None, "0")]
     if len({f.rank for f in failed}) != 1:
         return None
     cancel = _cancel_finding(findings)
     if cancel is not None and order_key(cancel) < order_key(failed[0]):
         return None
     return failed[0]
+
+
+def _other_failed_exits(findings: Sequence[LogFinding], rank: int) -> bool:
+    return any(f.kind == "task_exit" and f.rank not in (None, rank)
+               and f.fields.get("exit_code") not in (None, "0") for f in findings)
 
 
 def _victims(findings: Sequence[LogFinding], culprits: set[int]) -> list[int]:
@@ -339,7 +347,9 @@ def _cause_verdict(
             kind=VerdictKind.RANK_EXITED, severity="critical",
             summary=f"rank {rank} exited with exit code {cause.fields.get('exit_code', '?')}"
                     + (f" on {cause.host}" if cause.host else "")
-                    + ", the only rank srun saw fail, with no traceback in the logs read"
+                    + (", the only rank srun saw fail" if not _other_failed_exits(findings, rank)
+                       else ", the only rank srun saw fail that had not lost a peer first")
+                    + ", with no traceback in the logs read"
                     + (f"; {_label(victims)} only died because of it" if victims else ""),
             culprit_ranks=(rank,),
             evidence=(_cite(cause), *_rank_tail(rank, last_lines), *_same_last_line(rank, last_lines)),

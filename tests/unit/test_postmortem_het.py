@@ -121,6 +121,16 @@ def test_two_ranks_that_exited_with_an_error_code_are_not_told_apart():
     assert first.kind == "unexplained" and first.culprit_ranks == ()
 
 
+def test_ranks_that_exited_after_losing_their_peer_do_not_hide_the_lone_exit():
+    # GIVEN rank 3 of a gloo job exited 3 with no traceback; ranks 0-2 wrote "Connection closed
+    # by peer" and exited 1 before srun ended them (CI drew this: "unexplained" before)
+    first = _lone("local_lone_exit_peers_exited_job.out")[0]
+    # THEN rank 3 is named: a rank whose own traceback says a peer went away was not first
+    assert (first.kind, first.culprit_ranks) == ("rank_exited", (3,)), first
+    assert "ranks 0-2 only died because of it" in first.summary
+    assert "the only rank srun saw fail that had not lost a peer first" in first.summary
+
+
 def test_a_lone_exit_whose_peers_wrote_the_same_error_says_they_may_have_failed_alike():
     # GIVEN every rank printed the same error, rank 0 exited first, srun terminated the rest
     first = _lone("local_same_error_job.out")[0]

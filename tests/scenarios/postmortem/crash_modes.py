@@ -23,7 +23,8 @@ The same small data-parallel loop as the hang scenarios (gloo, CPU, 2 nodes x 2 
   ``dist.monitored_barrier`` (10 s) before the step, as debugging guides advise: rank 0 raises
   naming rank 3, ranks 1-2 that they reached it and lost rank 0.
 - ``exit``: rank 3 finds its shard empty, prints why on stderr and calls ``sys.exit(3)``: no
-  traceback, no signal; srun (``--kill-on-bad-exit=1``) terminates the others.
+  traceback, no signal; srun (``--kill-on-bad-exit=1``) terminates the others, or, launched
+  without it, the others lose rank 3 in gloo and exit 1.
 - ``train``: nobody misbehaves; every rank keeps training. The test kills a node under it
   (its slurmd, the job's step daemons and ranks there, as a dead machine loses them):
   slurmctld marks the node DOWN after SlurmdTimeout and the job ends NODE_FAIL; the ranks on
