@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurmdiag.logs import read_head_and_tail
@@ -215,6 +215,10 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
     # Tracebacks: the exception line decides whether it is a cause or a consequence.
     normalized_text = "\n".join(normalized)
     for finding in parse_python_tracebacks(normalized_text, source=source):
+        if _AGENT_FAILED.search(finding.text):
+            # torchrun's agent raising its workers' failure: its summary (the Root Cause
+            # block, read below) names the rank; the agent is no rank
+            continue
         exc_rank = finding.rank if finding.rank is not None else rank
         fields = dict(finding.fields)
         timeout = _GLOO_TIMEOUT.search(finding.text)
@@ -245,7 +249,13 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
             fields["op"] = collective
         fields["start_line"] = str(finding.line_no)
         findings.append(LogFinding(source, end, kind, finding.text, exc_rank, None, fields))
-    findings.extend(_torchrun_root_causes(rests, source))
+    root_causes = _torchrun_root_causes(rests, source)
+    findings.extend(root_causes)
+    if root_causes or any(_AGENT_FAILED.search(line) for line in rests):
+        # srun's tasks are torchrun's agents, one a node: "task 1: Exited with exit code 1" is
+        # the agent's, whose workers are global ranks of their own (the summary names them)
+        findings = [_as_agents(f) if f.kind in ("task_exit", "task_terminated") else f
+                    for f in findings]
     for finding in parse_nccl_log(text, source=source):
         if finding.kind == "watchdog_timeout":
             fields = dict(finding.fields)
@@ -254,6 +264,14 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
                                        owner, finding.host, fields))
     findings.sort(key=lambda f: f.line_no)
     return findings, tails, labelled
+
+
+_AGENT_FAILED = re.compile(r"\bChildFailedError\b")
+
+
+def _as_agents(finding: LogFinding) -> LogFinding:
+    agent = "" if finding.rank is None else str(finding.rank)
+    return replace(finding, rank=None, fields={**finding.fields, "agent_task": agent})
 
 
 _ROOT_CAUSE = re.compile(r"^\s*Root Cause \(first observed failure\):\s*$")

@@ -26,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,27 @@ def waiting_sites(truth: Mapping[str, Any]) -> list[str]:
     if site is None:
         return []
     return [site] if isinstance(site, str) else list(site)
+
+
+def torchrun_step(python: str, program: Path, nodes: int, per_node: int,
+                  srun_args: Sequence[str] = ("-K0",), wrapper: Sequence[str] = ()) -> list[str]:
+    """The batch script's lines of one torchrun agent a node under srun; the agent on the job's
+    first node hosts the c10d rendezvous store, whose address and port come from the same code
+    the ranks use. ``wrapper`` runs the agent's line as its child, after its own steps."""
+    torchrun = str(Path(python).parent / "torchrun")
+    read = ("read -r RDZV_ADDR RDZV_PORT < <(" + shlex.quote(python) + " -c "
+            + shlex.quote("import _harness as h; "
+                          "print(h.master_address(), h.derived_ports(h.job_id())[1])")
+            + ")")
+    agent = (
+        'exec nice -n ' + str(NICENESS) + ' "$0" --nnodes=' + str(nodes)
+        + ' --nproc-per-node=' + str(per_node)
+        + ' --rdzv-backend=c10d --rdzv-endpoint="$1" --rdzv-id="$SLURM_JOB_ID"'
+        + ' --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) --max-restarts=0 "$2"'
+    )
+    argv = ["srun", *srun_args, f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            *wrapper, "bash", "-c", agent, torchrun]
+    return [read, shlex.join(argv) + ' "$RDZV_ADDR:$RDZV_PORT" ' + shlex.quote(str(program))]
 
 
 # ---------------------------------------------------------------- build (pure)
@@ -177,27 +198,8 @@ def batch_script(truth: Mapping[str, Any], state_dir: Path, python: str) -> str:
         lines.append(shlex.join(["srun", "-K0", f"--nodes={nodes}",
                                  f"--ntasks-per-node={per_node}", "--multi-prog", str(config)]))
     elif truth["launcher"] == "torchrun":
-        torchrun = str(Path(python).parent / "torchrun")
-        # One torchrun agent per node; the agent on the job's first node hosts the c10d
-        # rendezvous store. Address and port come from the same code the ranks use.
-        lines.append(
-            "read -r RDZV_ADDR RDZV_PORT < <(" + shlex.quote(python) + " -c "
-            + shlex.quote("import _harness as h; "
-                          "print(h.master_address(), h.derived_ports(h.job_id())[1])")
-            + ")"
-        )
-        agent = (
-            'exec nice -n ' + str(NICENESS) + ' "$0" --nnodes=' + str(nodes)
-            + ' --nproc-per-node=' + str(per_node)
-            + ' --rdzv-backend=c10d --rdzv-endpoint="$1" --rdzv-id="$SLURM_JOB_ID"'
-            + ' --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) --max-restarts=0 "$2"'
-        )
-        # a wrapper (truth "wrapper") runs the agent's line as its child, after its own steps
         wrapper = ["bash", str(REPO_ROOT / truth["wrapper"])] if truth.get("wrapper") else []
-        argv = ["srun", "-K0", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-                *wrapper, "bash", "-c", agent,
-                torchrun]
-        lines.append(shlex.join(argv) + ' "$RDZV_ADDR:$RDZV_PORT" ' + shlex.quote(str(program)))
+        lines += torchrun_step(python, program, nodes, per_node, wrapper=wrapper)
     elif truth["launcher"] == "torchrun-standalone":
         # The single-node torchrun line copied to a multi-node job (the field's D2 mistake):
         # one `torchrun --standalone` a node, each hosting its own rendezvous: every node

@@ -117,3 +117,19 @@ def test_torchruns_root_cause_names_the_rank_a_signal_ended():
     # THEN rank 1 was killed (before: no cause read; the agent's task exit decided)
     assert (first.kind, first.culprit_ranks) == ("rank_killed", (1,)), first
     assert "rank 0 only died because of it" in first.summary
+
+
+def test_torchrun_agents_under_srun_are_no_ranks():
+    # GIVEN a real job of one torchrun agent a node under `srun --label` (2 x 2 workers): rank 3
+    # (node 2's local rank 1) was SIGKILLed; agent 1 raised ChildFailedError ("1: Traceback"),
+    # srun wrote "task 1: Exited with exit code 1" and "task 0: ..." for the agents
+    read = read_rank_logs([(str(PM / "local_torchrun_srun_sigkill_job.out"), None)], owner_uid=OWN)
+    first = postmortem_verdicts(_record("torchrun"), read.findings, (), read.last_lines, 4)[0]
+    # THEN rank 3 is named from agent 1's Root Cause block (before: "rank 1 failed first:
+    # ChildFailedError", srun's label 1 read as a rank)
+    assert (first.kind, first.culprit_ranks) == ("rank_killed", (3,)), first
+    assert "ranks 0-2 only died because of it" in first.summary
+    # AND srun's task lines are kept as the agents' (task 0 and 1), with no rank of theirs
+    agents = [f for f in read.findings if f.kind == "task_exit"]
+    assert {f.fields.get("agent_task") for f in agents if f.rank is None} >= {"0", "1"}, agents
+    assert not any(f.kind == "exception" and "ChildFailedError" in f.text for f in read.findings)

@@ -25,6 +25,9 @@ The same small data-parallel loop as the hang scenarios (gloo, CPU, 2 nodes x 2 
 - ``exit``: rank 3 finds its shard empty, prints why on stderr and calls ``sys.exit(3)``: no
   traceback, no signal; srun (``--kill-on-bad-exit=1``) terminates the others, or, launched
   without it, the others lose rank 3 in gloo and exit 1.
+- ``sigkill``: rank 3 is killed with SIGKILL at step 3 (what the OOM killer or an admin's
+  ``kill -9`` does: no traceback, no core); launched by torchrun, its agent writes the failure
+  summary naming global rank 3 (``exitcode : -9``) and ends the others.
 - ``train``: nobody misbehaves; every rank keeps training. The test kills a node under it
   (its slurmd, the job's step daemons and ranks there, as a dead machine loses them):
   slurmctld marks the node DOWN after SlurmdTimeout and the job ends NODE_FAIL; the ranks on
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
 import time
 from datetime import timedelta
@@ -108,6 +112,8 @@ def main() -> None:
             elif mode == "exit":
                 print(f"rank {info.rank}: shard {step} has 0 samples, giving up", file=sys.stderr)
                 sys.exit(3)
+            elif mode == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
             else:
                 load_next_shard(step)
         elif step == CULPRIT_STEP:

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scenarios.launch import NICENESS, SCENARIO_DIR, ScenarioError, submission_environment
+from scenarios.launch import (
+    NICENESS,
+    SCENARIO_DIR,
+    ScenarioError,
+    submission_environment,
+    torchrun_step,
+)
 
 POSTMORTEM_DIR = Path(__file__).resolve().parent
 REPO_ROOT = POSTMORTEM_DIR.parents[2]
@@ -53,16 +59,20 @@ def batch_script(truth: dict[str, Any], state_dir: Path, python: str) -> str:
     if truth.get("flight_recorder"):
         env["TORCH_FR_DUMP_TEMP_FILE"] = str(state_dir / "fr-")
         env["TORCH_FR_BUFFER_SIZE"] = "2000"
-    srun = ["srun", *truth["srun_args"], f"--nodes={truth['nodes']}",
-            f"--ntasks-per-node={truth['ntasks_per_node']}", "nice", "-n", str(NICENESS),
-            python, "-u", str(program)]
+    if truth.get("launcher") == "torchrun":  # one agent a node, workers carry RANK
+        step = torchrun_step(python, program, truth["nodes"], truth["ntasks_per_node"],
+                             srun_args=truth["srun_args"])
+    else:
+        step = [shlex.join(["srun", *truth["srun_args"], f"--nodes={truth['nodes']}",
+                            f"--ntasks-per-node={truth['ntasks_per_node']}", "nice", "-n",
+                            str(NICENESS), python, "-u", str(program)])]
     return "\n".join([
         "#!/bin/bash",
         f"# post-mortem scenario {truth['name']}, written by tests/scenarios/postmortem/launch.py",
         "unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT",
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
         "ulimit -c unlimited" if truth.get("core") else "ulimit -c 0",
-        shlex.join(srun),
+        *step,
     ]) + "\n"
 
 
