@@ -254,8 +254,8 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
     if root_causes or any(_AGENT_FAILED.search(line) for line in rests):
         # srun's tasks are torchrun's agents, one a node: "task 1: Exited with exit code 1" is
         # the agent's, whose workers are global ranks of their own (the summary names them)
-        findings = [_as_agents(f) if f.kind in ("task_exit", "task_terminated") else f
-                    for f in findings]
+        findings = [_as_agents(f) if f.kind in ("task_exit", "task_terminated")
+                    and f.fields.get("launcher") != "torchrun" else f for f in findings]
     for finding in parse_nccl_log(text, source=source):
         if finding.kind == "watchdog_timeout":
             fields = dict(finding.fields)

@@ -347,8 +347,8 @@ def _cause_verdict(
             kind=VerdictKind.RANK_EXITED, severity="critical",
             summary=f"rank {rank} exited with exit code {cause.fields.get('exit_code', '?')}"
                     + (f" on {cause.host}" if cause.host else "")
-                    + (", the only rank srun saw fail" if not _other_failed_exits(findings, rank)
-                       else ", the only rank srun saw fail that had not lost a peer first")
+                    + f", the only rank {cause.fields.get('launcher', 'srun')} saw fail"
+                    + (" that had not lost a peer first" if _other_failed_exits(findings, rank) else "")
                     + ", with no traceback in the logs read"
                     + (f"; {_label(victims)} only died because of it" if victims else ""),
             culprit_ranks=(rank,),

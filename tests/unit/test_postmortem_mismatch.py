@@ -133,3 +133,16 @@ def test_torchrun_agents_under_srun_are_no_ranks():
     agents = [f for f in read.findings if f.kind == "task_exit"]
     assert {f.fields.get("agent_task") for f in agents if f.rank is None} >= {"0", "1"}, agents
     assert not any(f.kind == "exception" and "ChildFailedError" in f.text for f in read.findings)
+
+
+def test_a_torchrun_worker_that_exited_with_an_error_code_is_the_lone_exit():
+    # GIVEN the same job shape where rank 3 printed its reason and called sys.exit(3): agent
+    # 0's summary names rank 3 (exitcode 3), agent 1's its own rank 0 (exitcode 1, after
+    # "Connection closed by peer"); srun saw both agents exit 1
+    read = read_rank_logs([(str(PM / "local_torchrun_srun_exit_job.out"), None)], owner_uid=OWN)
+    first = postmortem_verdicts(_record("torchrun_exit"), read.findings, (), read.last_lines, 4)[0]
+    # THEN rank 3 exited (before: "unexplained": the agents' lines read as ranks 0 and 1
+    # exiting 1, and the summaries' own exits were taken for the agents' too)
+    assert (first.kind, first.culprit_ranks) == ("rank_exited", (3,)), first
+    assert "the only rank torchrun saw fail that had not lost a peer first" in first.summary
+    assert "ranks 0-2 only died because of it" in first.summary
