@@ -154,6 +154,7 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
     # both present would otherwise hide every traceback), the same line numbers.
     normalized: list[str] = []
     rests: list[str] = []  # each line without its prefixes
+    tail_lines: list[tuple[int, bool, str]] = []  # (owner, owned by srun's label alone, line)
     for number, raw in enumerate(text.splitlines(), start=1):
         # the rank: torch's [rankN]: (global), else srun's label (SLURM_PROCID); torchrun's
         # [defaultN]: is a LOCAL rank and only removed
@@ -165,10 +166,7 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         normalized.append(f"{owner}: {line}" if owner is not None else line)
         rests.append(line)
         if owner is not None and line.strip():
-            tail = tails.setdefault(owner, [])
-            tail.append(line.rstrip()[:300])
-            if len(tail) > LAST_LINES:
-                del tail[0]
+            tail_lines.append((owner, prefixes.rank is None and rank is None, line.rstrip()[:300]))
         task = _TASK.search(line)
         if task:
             what = task.group("what").strip()
@@ -251,11 +249,19 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         findings.append(LogFinding(source, end, kind, finding.text, exc_rank, None, fields))
     root_causes = _torchrun_root_causes(rests, source)
     findings.extend(root_causes)
-    if root_causes or any(_AGENT_FAILED.search(line) for line in rests):
+    agents = bool(root_causes) or any(_AGENT_FAILED.search(line) for line in rests)
+    if agents:
         # srun's tasks are torchrun's agents, one a node: "task 1: Exited with exit code 1" is
         # the agent's, whose workers are global ranks of their own (the summary names them)
         findings = [_as_agents(f) if f.kind in ("task_exit", "task_terminated")
                     and f.fields.get("launcher") != "torchrun" else f for f in findings]
+    for owner, by_label, line in tail_lines:
+        if agents and by_label:
+            continue  # an agent's line, or a worker's without its [rankN]: no rank's own
+        tail = tails.setdefault(owner, [])
+        tail.append(line)
+        if len(tail) > LAST_LINES:
+            del tail[0]
     for finding in parse_nccl_log(text, source=source):
         if finding.kind == "watchdog_timeout":
             fields = dict(finding.fields)

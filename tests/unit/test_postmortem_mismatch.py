@@ -133,6 +133,11 @@ def test_torchrun_agents_under_srun_are_no_ranks():
     agents = [f for f in read.findings if f.kind == "task_exit"]
     assert {f.fields.get("agent_task") for f in agents if f.rank is None} >= {"0", "1"}, agents
     assert not any(f.kind == "exception" and "ChildFailedError" in f.text for f in read.findings)
+    # AND a rank's last lines are its own ([rankN]:), not its agent's summary under srun's label
+    assert "Connection reset by peer" in read.last_lines[2][-1], read.last_lines[2]
+    assert not any("Root Cause" in line or "exitcode" in line
+                   for tail in read.last_lines.values() for line in tail), read.last_lines
+    assert 3 not in read.last_lines  # SIGKILLed: it wrote nothing under [rank3]
 
 
 def test_a_torchrun_worker_that_exited_with_an_error_code_is_the_lone_exit():
