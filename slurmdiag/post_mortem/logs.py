@@ -212,10 +212,12 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
                                        {"signal": str(_SIGNAL_WORDS[fatal.group("what")])}))
     # Tracebacks: the exception line decides whether it is a cause or a consequence.
     normalized_text = "\n".join(normalized)
+    agent_tracebacks = False
     for finding in parse_python_tracebacks(normalized_text, source=source):
-        if _AGENT_FAILED.search(finding.text):
-            # torchrun's agent raising its workers' failure: its summary (the Root Cause
-            # block, read below) names the rank; the agent is no rank
+        if _agents_traceback(finding.text, finding.fields.get("frames", "")):
+            # torchrun's agent raising its workers' failure (its summary, the Root Cause block
+            # read below, names the rank) or losing its rendezvous store: the agent is no rank
+            agent_tracebacks = True
             continue
         exc_rank = finding.rank if finding.rank is not None else rank
         fields = dict(finding.fields)
@@ -249,7 +251,7 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
         findings.append(LogFinding(source, end, kind, finding.text, exc_rank, None, fields))
     root_causes = _torchrun_root_causes(rests, source)
     findings.extend(root_causes)
-    agents = bool(root_causes) or any(_AGENT_FAILED.search(line) for line in rests)
+    agents = bool(root_causes) or agent_tracebacks
     if agents:
         # srun's tasks are torchrun's agents, one a node: "task 1: Exited with exit code 1" is
         # the agent's, whose workers are global ranks of their own (the summary names them)
@@ -272,7 +274,18 @@ def parse_rank_log(text: str, source: str, rank: int | None = None) -> tuple[lis
     return findings, tails, labelled
 
 
-_AGENT_FAILED = re.compile(r"\bChildFailedError\b")
+_AGENT_FRAME = re.compile(r"(?:/bin/torchrun|/torch/distributed/run\.py):\d+:")
+_ELASTIC_FRAME = re.compile(r"/torch/distributed/elastic/")
+
+
+def _agents_traceback(exception: str, frames: str) -> bool:
+    """A traceback of torchrun's agent, not of a rank: an elastic exception (ChildFailedError,
+    RendezvousConnectionError), a frame of torchrun's own entry point, or frames in elastic
+    alone (a chained store error of its rendezvous). A worker's passes through its script
+    (under elastic's ``@record`` too), so it is never one."""
+    stack = [frame for frame in frames.splitlines() if frame.strip()]
+    return (exception.startswith("torch.distributed.elastic.") or bool(_AGENT_FRAME.search(frames))
+            or bool(stack) and all(_ELASTIC_FRAME.search(frame) for frame in stack))
 
 
 def _as_agents(finding: LogFinding) -> LogFinding:

@@ -151,3 +151,15 @@ def test_a_torchrun_worker_that_exited_with_an_error_code_is_the_lone_exit():
     assert (first.kind, first.culprit_ranks) == ("rank_exited", (3,)), first
     assert "the only rank torchrun saw fail that had not lost a peer first" in first.summary
     assert "ranks 0-2 only died because of it" in first.summary
+
+
+def test_an_agent_that_lost_its_rendezvous_store_is_no_rank_that_failed():
+    # GIVEN the same job where rank 3's agent (task 0) hosted the c10d store and exited first:
+    # agent 1 raised RendezvousConnectionError (chained from the store's DistNetworkError),
+    # under srun's label "1:" alone (CI drew it; job 31's accounting, same shape)
+    read = read_rank_logs([(str(PM / "local_torchrun_srun_exit_store_lost_job.out"), None)],
+                          owner_uid=OWN)
+    first = postmortem_verdicts(_record("torchrun_exit"), read.findings, (), read.last_lines, 4)[0]
+    # THEN rank 3 exited (before: "rank 1 failed first: ...RendezvousConnectionError")
+    assert (first.kind, first.culprit_ranks) == ("rank_exited", (3,)), first
+    assert not any(f.kind == "exception" for f in read.findings), read.findings
