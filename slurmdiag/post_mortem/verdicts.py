@@ -141,8 +141,7 @@ def lone_exit(findings: Sequence[LogFinding]) -> LogFinding | None:
     if any(_is_cause(f) or f.kind == "exception" for f in ordered):
         return None
     lost_a_peer = {f.rank for f in ordered if f.kind == "peer_lost"}
-    failed = [f for f in ordered if f.kind == "task_exit" and f.rank is not None
-              and f.rank not in lost_a_peer and f.fields.get("exit_code") not in (None, "0")]
+    failed = [f for f in ordered if _failed_exit(f) and f.rank not in lost_a_peer]
     if len({f.rank for f in failed}) != 1:
         return None
     cancel = _cancel_finding(findings)
@@ -151,9 +150,14 @@ def lone_exit(findings: Sequence[LogFinding]) -> LogFinding | None:
     return failed[0]
 
 
+def _failed_exit(finding: LogFinding) -> bool:
+    """A rank's exit with an error code (srun's task line, or torchrun's summary)."""
+    return (finding.kind == "task_exit" and finding.rank is not None
+            and finding.fields.get("exit_code") not in (None, "0"))
+
+
 def _other_failed_exits(findings: Sequence[LogFinding], rank: int) -> bool:
-    return any(f.kind == "task_exit" and f.rank not in (None, rank)
-               and f.fields.get("exit_code") not in (None, "0") for f in findings)
+    return any(_failed_exit(f) and f.rank != rank for f in findings)
 
 
 def _victims(findings: Sequence[LogFinding], culprits: set[int]) -> list[int]:
